@@ -1,14 +1,16 @@
-"""Small helpers for tests that drive the real local Slurm."""
+"""Small helpers for tests that drive the real local Slurm with the launcher.
+
+Accounting and cancelling are tests/scripts/slurm_util.py's (one way to read
+sacct for the whole suite); this adds running the launcher as a user would."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
+from tests.scripts.slurm_util import REPO, cancel, sacct_row, wait_final
+
+__all__ = ["cancel", "launch", "sacct_state", "wait_for_final_state"]
 
 
 def launch(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -18,28 +20,9 @@ def launch(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
 
 
 def sacct_state(job_id: str) -> dict[str, str]:
-    """State, ExitCode, AllocTRES of the job allocation, as accounting has them."""
-    result = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State,ExitCode,AllocTRES"],
-        capture_output=True, text=True, timeout=30,
-    )
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
-    if not lines:
-        return {}
-    state, exit_code, tres = lines[-1].split("|")
-    return {"State": state.split()[0], "ExitCode": exit_code, "AllocTRES": tres}
+    """State, ExitCode, AllocTRES (and JobName) of the job allocation, as accounting has them."""
+    return sacct_row(job_id)
 
 
 def wait_for_final_state(job_id: str, timeout: float = 120) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        info = sacct_state(job_id)
-        if info.get("State") in FINAL_STATES:
-            return info
-        time.sleep(1)
-    raise AssertionError(f"job {job_id} did not finish within {timeout}s: {sacct_state(job_id)}")
-
-
-def cancel(job_ids: list[str]) -> None:
-    if job_ids:
-        subprocess.run(["scancel", *job_ids], capture_output=True)
+    return wait_final([job_id], timeout)[job_id]
