@@ -12,7 +12,6 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="${VENV:-$repo/.venv}"
-python="${PYTHON:-python3}"
 backend=auto
 extras=(frontend test)
 
@@ -31,9 +30,32 @@ done
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 
-"$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
-  || die "$python is $("$python" --version 2>&1); Python >= 3.11 is required (set PYTHON=/path/to/python3.11)"
+# ART 0.5.19 and later (the releases whose LocalBackend imports without megatron) need Python >= 3.12.
+new_enough() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; }
 
+# $PYTHON if set; else the first new-enough python3.13/python3.12/python3 on the PATH (a pyenv shim
+# for a version that is not selected fails to run and is skipped); else pyenv's own 3.12+ builds.
+find_python() {
+  local candidate
+  if [[ -n "${PYTHON:-}" ]]; then
+    new_enough "$PYTHON" && { echo "$PYTHON"; return 0; }
+    die "PYTHON=$PYTHON is $("$PYTHON" --version 2>&1 || echo 'not runnable'); Python >= 3.12 is required"
+  fi
+  for candidate in python3.13 python3.12 python3 \
+      $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do
+    if new_enough "$candidate"; then command -v "$candidate"; return 0; fi
+  done
+  return 1
+}
+python=$(find_python) || die "no Python >= 3.12 found (tried python3.13, python3.12, python3 and pyenv). \
+On a cluster load one first: TACC 'module load python3/3.12' (see 'module spider python3'), \
+JSC 'module load Stages/2025 GCC Python' (Python 3.12); or set PYTHON=/path/to/python3.12"
+say "Python: $python ($("$python" --version 2>&1))"
+
+if [[ -x "$venv/bin/python" ]] && ! new_enough "$venv/bin/python"; then
+  say "$venv has $("$venv/bin/python" --version 2>&1); recreating it with Python >= 3.12"
+  rm -rf "$venv"
+fi
 if [[ ! -x "$venv/bin/python" ]]; then
   say "creating virtual environment $venv"
   "$python" -m venv "$venv" || die "could not create $venv (on Debian: apt-get install python3-venv)"

@@ -1,7 +1,8 @@
 """ART checkpoints on disk: which step a run can resume from.
 
 ART's LocalBackend keeps one LoRA adapter per training step under
-``<art_path>/<project>/models/<model>/checkpoints/<NNNN>/`` (``f"{step:04d}"``;
+``<art_path>/<project>/models/<run_name>/checkpoints/<NNNN>/`` (``f"{step:04d}"``;
+the run name is the job name, so every run has a folder of its own;
 ``art.utils.get_model_step.get_step_from_dir`` takes the largest all-digit
 folder name as the current step, and step 0 is the untrained adapter ART saves
 when a model is first registered). A folder is written in place by PEFT's
@@ -45,9 +46,13 @@ class Checkpoint:
     path: Path
 
 
-def model_dir(art_path: str | Path, project: str, model: str) -> Path:
-    """ART LocalBackend's folder for one model (``checkpoints/`` lives inside)."""
-    return Path(art_path) / project / "models" / model
+def model_dir(art_path: str | Path, project: str, run_name: str) -> Path:
+    """ART LocalBackend's folder for one run's model (``checkpoints/`` lives inside).
+
+    ART 0.5.19+ names it after the TrainableModel's ``run_name`` (its durable
+    lineage; ``name`` is only the alias vLLM serves it under). The project passes
+    the job name as ``run_name``, so two job names never share a folder."""
+    return Path(art_path) / project / "models" / run_name
 
 
 def step_dir(model_dir: Path, step: int) -> Path:
@@ -158,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ``list``: one line per folder; ``quarantine``: move incomplete ones aside."""
     parser = argparse.ArgumentParser(prog="python -m hpc.checkpoints", description=main.__doc__)
     parser.add_argument("command", choices=("latest", "list", "quarantine"))
-    parser.add_argument("model_dir", type=Path, help="<art_path>/<project>/models/<model>")
+    parser.add_argument("model_dir", type=Path, help="<art_path>/<project>/models/<run_name>")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[checkpoints] %(message)s", stream=sys.stderr)
     if args.command == "latest":

@@ -278,22 +278,19 @@ def resolve_runs_dir(flag: str | None, layers: list[EnvLayer], outer: dict[str, 
     return check_log_path(Path(value).expanduser().absolute())
 
 
-def trainer_names(config: str, train_args: list[str], entrypoint: str) -> tuple[str, str]:
-    """ART project and model name the run's checkpoints live under.
+def trainer_project(config: str, train_args: list[str], entrypoint: str) -> str:
+    """The ART project the run's checkpoints live under (its run name is the job name).
 
     For the trainer, its own config loader reads the config with every
     --train_arg, so a mistyped key or a bad value fails here, in one line,
     rather than a day later in the job. Another entrypoint's arguments are its
-    own: only its project= and model_name= count."""
+    own: only its project= counts."""
     from trainer.config import ConfigError, load_config
 
-    names = ("project", "model_name")
     overrides = train_args if entrypoint == DEFAULT_ENTRYPOINT else [
-        pair for pair in train_args if pair.partition("=")[0] in names]
+        pair for pair in train_args if pair.partition("=")[0] == "project"]
     try:
         loaded = load_config(config, overrides)
     except ConfigError as error:
         raise UsageError(f"invalid --train_arg for --config {config}: {error}") from None
-    return loaded.project, loaded.model_name
-
-
+    return loaded.project

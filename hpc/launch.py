@@ -46,7 +46,7 @@ from hpc.jobspec import (
     env_layers,
     outer_env,
     resolve_runs_dir,
-    trainer_names,
+    trainer_project,
 )
 from hpc.network import tunnel_for
 from hpc.render import render
@@ -150,7 +150,7 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
     run_dir = RunDir(runs_dir / job_name)
     env = merge_layers(layers, {**outer, "HPC_RUN_DIR": str(run_dir.path)})
     art_path = env.get("ART_PATH") or str(run_dir.path / "art")
-    project, model = trainer_names(config, train_args, args.entrypoint)
+    project = trainer_project(config, train_args, args.entrypoint)
     account = args.account or env.get(cluster.account_var) or None
 
     return JobSpec(
@@ -175,7 +175,7 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
         env=env,
         env_layers=[layer.source for layer in layers if layer.values],
         run_dir=run_dir,
-        model_dir=model_dir(art_path, project, model),
+        model_dir=model_dir(art_path, project, job_name),
         tunnel=tunnel_for(cluster, env),
         ray_join_timeout=check_ray_join_timeout(env),
     )

@@ -7,7 +7,7 @@ key=value ...``) and are coerced to the field's declared type, so a typo or a
 wrong type fails at once, in one line, instead of hours into a job.
 
 Stdlib + PyYAML only: cheap to import anywhere (the launcher itself reads the
-YAML directly, see ``hpc.jobspec.trainer_names``, and must keep working
+YAML directly, see ``hpc.jobspec.trainer_project``, and must keep working
 without ART installed).
 """
 
@@ -40,7 +40,9 @@ class ConfigError(ValueError):
 class TrainerConfig:
     """Everything one training run needs to know. Defaults are agent_008's."""
 
-    # ART names: checkpoints live in ${ART_PATH}/<project>/models/<model_name>/checkpoints/NNNN
+    # ART names: checkpoints live in ${ART_PATH}/<project>/models/<run_name>/checkpoints/NNNN,
+    # where run_name is the job name (one folder per run); model_name is the alias vLLM
+    # serves the LoRA under (ART's TrainableModel.name).
     project: str
     model_name: str
     base_model: str

@@ -169,7 +169,8 @@ class Paths:
 
     run_dir: RunDir
     art_path: Path
-    model_dir: Path  # <art_path>/<project>/models/<model_name>, where checkpoints/ lives
+    run_name: str  # ART's run_name: the job name, i.e. the run directory's name
+    model_dir: Path  # <art_path>/<project>/models/<run_name>, where checkpoints/ lives
     data_dir: Path
     judge_cache: Path
 
@@ -186,7 +187,8 @@ def resolve_paths(config_name: str, config: TrainerConfig, env: dict[str, str] |
     return Paths(
         run_dir=RunDir(run_dir),
         art_path=art_path,
-        model_dir=art_model_dir(art_path, config.project, config.model_name),
+        run_name=run_dir.name,
+        model_dir=art_model_dir(art_path, config.project, run_dir.name),
         data_dir=data_dir,
         judge_cache=run_dir / "judge_cache",
     )
@@ -228,8 +230,11 @@ def metrics_reporters(env: dict[str, str] | os._Environ) -> list[str]:
 # -- ART objects ------------------------------------------------------------------------------
 
 
-def build_model(config: TrainerConfig, report_metrics: list[str]) -> "art.TrainableModel":
-    """The LoRA model, with the config's GPU memory settings in ART's InternalModelConfig."""
+def build_model(config: TrainerConfig, run_name: str, report_metrics: list[str]) -> "art.TrainableModel":
+    """The LoRA model, with the config's GPU memory settings in ART's InternalModelConfig.
+
+    ``run_name`` (the job name) names the checkpoint folder and the W&B run;
+    ``config.model_name`` is only the alias vLLM serves the adapter under."""
     import art
 
     internal = art.dev.InternalModelConfig(
@@ -238,6 +243,7 @@ def build_model(config: TrainerConfig, report_metrics: list[str]) -> "art.Traina
     )
     return art.TrainableModel(
         name=config.model_name,
+        run_name=run_name,
         project=config.project,
         base_model=config.base_model,
         report_metrics=report_metrics,
@@ -280,22 +286,13 @@ async def train_and_log(
 ) -> int:
     """Train on one step's groups, log them, and return the new step.
 
-    ART moved training from the model to the backend. Older releases had
-    ``model.train(groups, config=art.TrainConfig(...))``, which trained *and*
-    logged; the ART this project pins (0.5.18) has no ``model.train``:
-    ``backend.train(model, groups, learning_rate=...)`` trains only and we log
-    ourselves. Using whichever the installed ART has keeps the trainer working
-    across that change. Logging comes after training so a stop or crash
-    mid-step never leaves a logged but untrained step behind (the step is
-    redone and would be logged twice). As ``model.train`` did (and as
-    ``backend.train``'s docstring shows), trajectories are logged at the step
-    whose checkpoint produced them, training metrics at the step they produced.
+    In ART 0.5 ``backend.train(model, groups, ...)`` trains only; logging is
+    ours. It comes after training so a stop or crash mid-step never leaves a
+    logged but untrained step behind (the step is redone and would be logged
+    twice). As ``backend.train``'s docstring shows, trajectories are logged at
+    the step whose checkpoint produced them, training metrics at the step they
+    produced.
     """
-    import art
-
-    if callable(getattr(type(model), "train", None)):  # older ART
-        await model.train(groups, config=art.TrainConfig(learning_rate=learning_rate))
-        return await model.get_step()
     result = await backend.train(model, groups, learning_rate=learning_rate)
     await model.log(groups, split="train", step=batch_step)
     if result.metrics:
@@ -375,19 +372,33 @@ async def gather_groups(
 
     from trainer.rollout import rollout
 
-    count = len(batch.items) * rollouts.trajectories_per_group
-    return await art.gather_trajectory_groups(
+    groups = await art.gather_trajectory_groups(
         (
-            art.TrajectoryGroup(
+            # A list, not a generator: the rollouts must bind this scenario now (the group's
+            # coroutine runs later). A failed rollout becomes one of its group's exceptions.
+            art.trajectory_group([
                 tasks.start(rollout(model, scenario, db=rollouts.db, judge=rollouts.judge, config=rollouts.agent))
                 for _ in range(rollouts.trajectories_per_group)
-            )
+            ], return_exceptions=True)
             for scenario in batch.items
         ),
         pbar_desc=f"step {batch.step + 1}",
-        max_exceptions=math.floor(rollouts.max_rollout_exceptions * count),
         after_each=ruler_scorer(rollouts.ruler_judge_model),
     )
+    check_rollout_failures(groups, len(batch.items) * rollouts.trajectories_per_group,
+                           rollouts.max_rollout_exceptions, batch.step + 1)
+    return [group for group in groups if group.trajectories]
+
+
+def check_rollout_failures(groups: list["art.TrajectoryGroup"], count: int, allowed: float, number: int) -> None:
+    """ART-E's rule, counted per rollout: more than ``floor(allowed * count)`` failed
+    rollouts fail the step (ART's own gather counts a whole group per failure with
+    ``art.trajectory_group``, so the count is ours)."""
+    errors = [error for group in groups for error in group.exceptions]
+    if len(errors) > math.floor(allowed * count):
+        first = errors[0]
+        raise StepFailed(f"step {number}: {len(errors)} of {count} rollouts failed (max_rollout_exceptions "
+                         f"{allowed}); first: {first.type}: {first.message}")
 
 
 def ruler_scorer(
@@ -569,7 +580,7 @@ async def train(config: TrainerConfig, paths: Paths, stop: StopRequest) -> int:
             resources.callback(db.close)
             backend = backend_class(config.backend)(path=str(paths.art_path))
             resources.push_async_callback(backend.close)
-            model = build_model(config, metrics_reporters(os.environ))
+            model = build_model(config, paths.run_name, metrics_reporters(os.environ))
             await model.register(backend)
             rollouts = make_rollouts(config, paths, db)
             return await train_steps(model, backend, scenarios, rollouts, config, paths, stop)
@@ -616,7 +627,7 @@ def check_job_model_dir(model_dir: Path, env: dict[str, str] | os._Environ) -> N
     job_dir = env.get("HPC_MODEL_DIR")
     if job_dir and Path(job_dir).absolute() != model_dir.absolute():
         log.warning("checkpoints go to %s but the job watches HPC_MODEL_DIR=%s: its resume and progress "
-                    "checks will not see them (ART_PATH, project or model_name differ between the two)",
+                    "checks will not see them (ART_PATH, project or run name differ between the two)",
                     model_dir, job_dir)
 
 
@@ -668,8 +679,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trainer.train: error: {error}", file=sys.stderr)
         return EXIT_SETUP_ERROR
     configure_environment(os.environ, interactive=sys.stderr.isatty(), run_dir=paths.run_dir.path)
-    log.info("config %s: model %s/%s on %s, backend %s, reward %s; run dir %s; checkpoints %s",
-             args.config, config.project, config.model_name, config.base_model, config.backend, config.reward,
+    log.info("config %s: run %s/%s (served as %s) on %s, backend %s, reward %s; run dir %s; checkpoints %s",
+             args.config, config.project, paths.run_name, config.model_name, config.base_model, config.backend, config.reward,
              paths.run_dir.path, paths.model_dir / "checkpoints")
     check_job_model_dir(paths.model_dir, os.environ)
     try:

@@ -2,7 +2,8 @@
 
 Used by the trainer as ``backend=tests.doubles.art_backend:FakeBackend`` (the
 config key that names a backend class). It implements the ``art.Backend``
-methods the training loop uses, the way LocalBackend 0.5.18 does:
+methods the training loop uses, the way LocalBackend 0.5.23 does (checkpoints
+under ``<path>/<project>/models/<run_name>/``):
 
 - ``register``: points the model's ``base_path`` at ``path`` (so ``model.log``
   writes history next to the checkpoints, as with LocalBackend);
@@ -119,7 +120,7 @@ class FakeBackend:
     # -- helpers ----------------------------------------------------------------------
 
     def _model_dir(self, model: Any) -> Path:
-        return model_dir(self._path, model.project, model.name)
+        return model_dir(self._path, model.project, model.run_name)
 
     def _log_train(self, current: int, groups: list[Any], kwargs: dict[str, Any]) -> None:
         record = {

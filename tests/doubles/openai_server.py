@@ -236,7 +236,7 @@ def _completion(reply: Reply, request: dict, completion_id: int) -> dict:
             {
                 "index": 0,
                 "message": message,
-                "logprobs": {"content": _logprobs(generated)},
+                "logprobs": {"content": _logprobs(generated, reply.completion_tokens)},
                 "finish_reason": reply.finish_reason or ("tool_calls" if tool_calls else "stop"),
             }
         ],
@@ -248,9 +248,12 @@ def _completion(reply: Reply, request: dict, completion_id: int) -> dict:
     }
 
 
-def _logprobs(generated: str) -> list[dict]:
-    """One fake token per whitespace-separated word: enough for code that reads logprobs."""
-    return [
-        {"token": word, "logprob": -0.5, "bytes": list(word.encode()), "top_logprobs": []}
-        for word in generated.split() or [""]
-    ]
+def _logprobs(generated: str, count: int) -> list[dict]:
+    """``count`` fake tokens (the usage's completion_tokens, as vLLM's counts agree; ART
+    checks that they do): the reply's words, the last one taking the rest, or padded."""
+    words = generated.split()
+    if count == 0:
+        return []
+    pieces = words[: count - 1] + [" ".join(words[count - 1:])] if len(words) > count else words
+    pieces += [""] * (count - len(pieces))
+    return [{"token": piece, "logprob": -0.5, "bytes": list(piece.encode()), "top_logprobs": []} for piece in pieces]

@@ -34,7 +34,7 @@ def run(runs: Path) -> RunDir:
 
 @pytest.fixture
 def model(art: Path) -> Path:
-    return ck.model_dir(art, "email_agent", "email-agent-008")  # trainer/configs/agent_008.yaml's names
+    return ck.model_dir(art, "email_agent", "r1")  # agent_008.yaml's project; the run name is the job name
 
 
 @pytest.fixture

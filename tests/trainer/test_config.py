@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpc.jobspec import trainer_names
+from hpc.jobspec import trainer_project
 from trainer.config import ConfigError, TrainerConfig, build_config, config_keys, known_configs, load_config
 
 
@@ -153,13 +153,12 @@ def test_config_is_immutable() -> None:
 
 
 @pytest.mark.parametrize("overrides", [[], ["model_name=other-agent", "project=p2"]])
-def test_launcher_reads_the_same_project_and_model_name_as_the_trainer(overrides: list[str]) -> None:
+def test_launcher_reads_the_same_project_as_the_trainer(overrides: list[str]) -> None:
     config = load_config("agent_008", overrides)
-    assert trainer_names("agent_008", overrides, "trainer.train") == (config.project, config.model_name)
-    # Another entrypoint's own arguments are not trainer keys; its project/model_name still count.
+    assert trainer_project("agent_008", overrides, "trainer.train") == config.project
+    # Another entrypoint's own arguments are not trainer keys; its project= still counts.
     workload_args = [*overrides, "steps=6"]
-    assert trainer_names("agent_008", workload_args, "tests.doubles.step_trainer") == (config.project,
-                                                                                      config.model_name)
+    assert trainer_project("agent_008", workload_args, "tests.doubles.step_trainer") == config.project
 
 
 def test_the_dataclass_defaults_are_agent_008() -> None:

@@ -244,8 +244,8 @@ def test_gather_counts_a_failed_rollout_as_an_exception_of_its_group(scenario, e
 
         async def gather():
             return await art.gather_trajectory_groups(
-                [art.TrajectoryGroup(rollout(model, scenario, db=email_db, judge=None, config=agent)
-                                     for _ in range(2))],
+                [art.trajectory_group((rollout(model, scenario, db=email_db, judge=None, config=agent)
+                                      for _ in range(2)), return_exceptions=True)],
                 pbar_desc=None, max_exceptions=1)
 
         (group,) = asyncio.run(gather())

@@ -144,7 +144,7 @@ def run(tmp_path: Path, art_e_data_dir: Path, server: OpenAIServer, monkeypatch:
         monkeypatch.setenv(name, value)
     for name in ("WANDB_API_KEY", "HPC_NO_INTERNET", "ART_FAKE_TRAIN_SECONDS", "ART_FAKE_SAVE_SECONDS"):
         monkeypatch.delenv(name, raising=False)
-    return Run(env, RunDir(tmp_path / "run"), art_path, art_path / config.project / "models" / config.model_name)
+    return Run(env, RunDir(tmp_path / "run"), art_path, art_path / config.project / "models" / "run")
 
 
 def train_in_process(stop: StopRequest | None = None, overrides: list[str] = OVERRIDES) -> int:
@@ -429,12 +429,12 @@ def test_total_steps_is_what_iterate_dataset_yields(n: int, groups_per_step: int
 
 
 def test_gpu_memory_settings_reach_arts_internal_config() -> None:
-    model = build_model(load_config("agent_008", ["gpu_memory_utilization=0.6", "max_seq_length=8192"]), [])
+    model = build_model(load_config("agent_008", ["gpu_memory_utilization=0.6", "max_seq_length=8192"]), "lr_2e-5", [])
 
     assert model._internal_config["engine_args"]["gpu_memory_utilization"] == 0.6
     assert model._internal_config["init_args"]["max_seq_length"] == 8192
-    assert (model.name, model.project, model.base_model) == (
-        "email-agent-008", "email_agent", "Qwen/Qwen2.5-14B-Instruct")
+    assert (model.name, model.run_name, model.project, model.base_model) == (
+        "email-agent-008", "lr_2e-5", "email_agent", "Qwen/Qwen2.5-14B-Instruct")
 
 
 def test_no_internet_makes_wandb_and_hugging_face_offline(tmp_path: Path) -> None:
@@ -473,29 +473,10 @@ class _Groups(list):
     """Stands in for a list of TrajectoryGroups (the functions only pass it on)."""
 
 
-def test_train_and_log_uses_model_train_where_the_installed_art_has_it() -> None:
+def test_train_and_log_trains_through_the_backend_then_logs() -> None:
     calls: list[tuple[str, Any]] = []
 
-    class OldModel:  # ART <= 0.4: the model trains and logs
-        async def train(self, groups: Any, config: Any) -> None:
-            calls.append(("model.train", config.learning_rate))
-
-        async def get_step(self) -> int:
-            return 8
-
-    class Backend:
-        async def train(self, *args: Any, **kwargs: Any) -> None:
-            raise AssertionError("backend.train must not be used when model.train exists")
-
-    step = asyncio.run(train_and_log(OldModel(), Backend(), _Groups(), learning_rate=1e-5, batch_step=7))  # type: ignore[arg-type]
-
-    assert step == 8 and calls == [("model.train", 1e-5)]
-
-
-def test_train_and_log_trains_through_the_backend_then_logs_where_model_train_is_gone() -> None:
-    calls: list[tuple[str, Any]] = []
-
-    class NewModel:  # ART 0.5: no model.train; logging is the caller's job
+    class NewModel:  # ART 0.5: the backend trains; logging is the caller's job
         async def log(self, groups: Any = None, *, split: str, step: int, metrics: Any = None) -> None:
             calls.append(("model.log", step, metrics))
 
