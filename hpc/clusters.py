@@ -44,6 +44,7 @@ class Cluster:
     max_nodes: int
     internet: bool
     requeue: bool
+    whole_nodes: bool  # nodes are allocated and charged whole: a job pays for every GPU of its nodes
     modules: tuple[str, ...]
     dotenv: str
     login_host: str | None = None
@@ -155,6 +156,7 @@ def _cluster_from_entry(name: str, entry: dict, path: Path) -> Cluster:
             max_nodes=int(entry["max_nodes"]),
             internet=bool(entry["internet"]),
             requeue=bool(entry["requeue"]),
+            whole_nodes=bool(entry["whole_nodes"]),
             modules=tuple(entry["modules"] or ()),
             dotenv=entry["dotenv"],
             login_host=entry.get("login_host"),

@@ -26,6 +26,11 @@ def test_registry_records_the_hardware_the_issue_names(registry):
     assert registry.get("jupiter").cpu_arch == "aarch64"
 
 
+def test_the_clusters_that_charge_whole_nodes_say_so(registry):
+    whole = {name for name, cluster in registry.clusters.items() if cluster.whole_nodes}
+    assert whole == {"vista", "lonestar6", "jureca", "jupiter", "juwels_booster"}
+
+
 def test_every_cluster_has_its_template_and_dotenv_file(registry):
     repo = Path(__file__).resolve().parents[2]
     for cluster in registry.clusters.values():
@@ -89,6 +94,7 @@ def test_a_new_cluster_is_one_yaml_entry(tmp_path):
     max_nodes: 4
     internet: true
     requeue: true
+    whole_nodes: false
     modules: []
     dotenv: mycluster.env
 """
