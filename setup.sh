@@ -33,16 +33,17 @@ die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 # ART 0.5.19 and later (the releases whose LocalBackend imports without megatron) need Python >= 3.12.
 new_enough() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; }
 
-# $PYTHON if set; else the first new-enough python3.13/python3.12/python3 on the PATH (a pyenv shim
-# for a version that is not selected fails to run and is skipped); else pyenv's own 3.12+ builds.
+# $PYTHON if set; else Python 3.12 itself (what ART's backend and its vLLM runtime are built for):
+# python3.12 on the PATH (a pyenv shim for a version that is not selected fails to run and is
+# skipped), pyenv's 3.12 builds; then any newer python3 on the PATH or in pyenv.
 find_python() {
-  local candidate
+  local candidate pyenv="${PYENV_ROOT:-$HOME/.pyenv}/versions"
   if [[ -n "${PYTHON:-}" ]]; then
     new_enough "$PYTHON" && { echo "$PYTHON"; return 0; }
     die "PYTHON=$PYTHON is $("$PYTHON" --version 2>&1 || echo 'not runnable'); Python >= 3.12 is required"
   fi
-  for candidate in python3.13 python3.12 python3 \
-      $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do
+  # (a pattern that matches nothing stays literal, fails to run and is skipped)
+  for candidate in python3.12 "$pyenv"/3.12*/bin/python3 python3 "$pyenv"/3.1[3-9]*/bin/python3; do
     if new_enough "$candidate"; then command -v "$candidate"; return 0; fi
   done
   return 1
