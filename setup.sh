@@ -1,29 +1,34 @@
 #!/usr/bin/env bash
 # Set up this project: a .venv with the launcher, the trainer's frontend and the
-# test tools. On a GPU node (or with --backend) also the training backend
-# (openpipe-art[backend], and ART's own vLLM runtime). Safe to run again: it only
-# installs what changed.
+# test tools. On a GPU node or a known cluster's login node (or with --backend)
+# also the training backend (openpipe-art[backend]) and ART's vLLM runtime, built
+# where the cluster's jobs find it. Safe to run again: it only installs what changed.
 #
-#   bash setup.sh              # frontend + tests (login nodes, laptops, CI)
-#   bash setup.sh --backend    # + GPU training backend (on the login node of a cluster whose compute nodes are offline)
-#   bash setup.sh --no-backend # never the backend, even on a GPU node
+#   bash setup.sh              # frontend + tests (laptops, CI); + backend on GPU nodes and cluster login nodes
+#   bash setup.sh --backend    # + GPU training backend and the vLLM runtime, wherever this runs
+#   bash setup.sh --no-backend # never the backend
+#   bash setup.sh --no-runtime # the backend without building the vLLM runtime (CI: no GPU to serve with)
 #   bash setup.sh --ray        # + Ray, for multi-node runs and their tests
+#   VENV=DIR bash setup.sh ... # into DIR instead of .venv (CI keeps the backend apart in .venv-backend)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="${VENV:-$repo/.venv}"
 backend=auto
+runtime=yes
 extras=(frontend test)
+TORCH_INDEX="${TORCH_INDEX:-https://download.pytorch.org/whl/cu128}"
 
-usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
 
 for arg in "$@"; do
   case "$arg" in
     --backend) backend=yes ;;
     --no-backend) backend=no ;;
+    --no-runtime) runtime=no ;;
     --ray) extras+=(ray) ;;
     -h|--help) usage; exit 0 ;;
-    *) echo "setup.sh: unknown option '$arg' (accepted: --backend, --no-backend, --ray, -h)" >&2; exit 2 ;;
+    *) echo "setup.sh: unknown option '$arg' (accepted: --backend, --no-backend, --no-runtime, --ray, -h)" >&2; exit 2 ;;
   esac
 done
 
@@ -88,28 +93,82 @@ if [[ "$backend" == auto ]]; then
     fi
   fi
 fi
-if [[ "$backend" == yes ]]; then
-  install "${extras[@]}" backend
-elif [[ -z "${cluster:-}" ]]; then  # not installed by the detection above
-  install "${extras[@]}"
-fi
+# Does this machine reach a URL? (login nodes do; CI and some sites reach only PyPI)
+reachable() { "$venv/bin/python" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)' "$1" >/dev/null 2>&1; }
 
-if [[ "$backend" == yes ]]; then
-  if [[ -n "${ART_VLLM_RUNTIME_BIN:-}" ]]; then
-    say "ART_VLLM_RUNTIME_BIN is set: ART will use that vLLM runtime server"
-  elif [[ "$(uname -m)" != x86_64 ]]; then
-    # ART 0.5.18's runtime lockfile pins an x86_64 vLLM wheel.
-    say "WARNING: ART's bundled vLLM runtime is built for x86_64 only; on $(uname -m) (Vista, JUPITER) build a"
-    say "WARNING: vLLM runtime server yourself and set ART_VLLM_RUNTIME_BIN in .env before training (docs/design.md)"
+# ART's [backend] extra pins torch==<X>+cu128, a build only PyTorch's own index serves,
+# which pip's resolver cannot combine with PyPI; uv installs it from that index where this
+# machine reaches it, else with PyPI's torch==<X> in its place (a uv override: the same
+# version, PyPI's CUDA build). Always the ART the frontend has: never another release.
+install_backend() {
+  local art_version torch_pin override spec
+  "$venv/bin/python" -m pip install --quiet uv || die "pip install uv failed"
+  art_version=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("openpipe-art"))')
+  torch_pin=$("$venv/bin/python" -c 'import importlib.metadata as m, re
+print(next(re.match(r"torch==([^+;\s]+)", r).group(1) for r in m.requires("openpipe-art")
+           if r.startswith("torch==") and "backend" in r))')
+  spec="${repo}[$(IFS=,; echo "${extras[*]}"),backend]"
+  if reachable "$TORCH_INDEX/torch/"; then
+    say "installing openpipe-art[backend]==$art_version with torch==$torch_pin+cu128 from PyTorch's index ($TORCH_INDEX)"
+    "$venv/bin/uv" pip install --quiet -p "$venv/bin/python" --extra-index-url "$TORCH_INDEX" \
+      --index-strategy unsafe-best-match -e "$spec" "openpipe-art[backend]==$art_version" \
+      || die "installing the backend from PyTorch's index failed (see above)"
   else
-    # ART's LocalBackend serves rollouts from a vLLM runtime in a virtual environment
-    # of its own; building it downloads vLLM, so do it here (a login node has internet;
-    # compute nodes may not) rather than in the first job. ~/.cache is shared with them.
-    say "building ART's managed vLLM runtime (~/.cache/art/vllm_runtime; downloads vLLM, several GB)"
+    override="$venv/torch-override.txt"
+    echo "torch==$torch_pin" > "$override"
+    say "PyTorch's index ($TORCH_INDEX) is not reachable from here: installing openpipe-art[backend]==$art_version"
+    say "with PyPI's torch==$torch_pin in place of torch==$torch_pin+cu128 (uv --override $override)"
+    "$venv/bin/uv" pip install --quiet -p "$venv/bin/python" --override "$override" \
+      -e "$spec" "openpipe-art[backend]==$art_version" || die "installing the backend failed (see above)"
+  fi
+}
+
+# The jobs' setting of a dotenv variable on this cluster (e.g. ART_VLLM_RUNTIME_CACHE_DIR).
+cluster_setting() {
+  "$venv/bin/python" -c 'import sys
+from hpc.clusters import load_registry
+from hpc.jobspec import dotenv_setting
+print(dotenv_setting(sys.argv[1], load_registry().detect().cluster) or "")' "$1"
+}
+
+# ART's LocalBackend serves rollouts from a vLLM runtime in a virtual environment of its
+# own. Build it here (a login node has internet; compute nodes may not), where the jobs
+# look: ART_VLLM_RUNTIME_CACHE_DIR of the cluster's dotenv, on the shared filesystem.
+# ART's own build takes torch from PyTorch's index and an x86_64 vLLM wheel from GitHub;
+# elsewhere (aarch64: Vista, JUPITER; or no PyTorch index) the same pinned versions come
+# from PyPI (hpc/vllm_runtime.py), into <cache>/pypi-<arch>, where the trainer finds it.
+build_runtime() {
+  local cache target reqs
+  if [[ -n "${ART_VLLM_RUNTIME_BIN:-}" ]]; then
+    say "ART_VLLM_RUNTIME_BIN is set: ART will use that vLLM runtime server"; return 0
+  fi
+  cache=$(cluster_setting ART_VLLM_RUNTIME_CACHE_DIR) || die "cannot work out ART_VLLM_RUNTIME_CACHE_DIR (see above)"
+  export ART_VLLM_RUNTIME_CACHE_DIR="$cache"
+  if [[ "$(uname -m)" == x86_64 ]] && reachable "$TORCH_INDEX/torch/" && reachable https://github.com; then
+    say "building ART's managed vLLM runtime in $cache (downloads vLLM, several GB)"
     PATH="$venv/bin:$PATH" "$venv/bin/python" -c \
       'from art.vllm_runtime import ensure_vllm_runtime; print("[setup] vLLM runtime:", ensure_vllm_runtime())' \
-      || die "could not build ART's vLLM runtime (see above; it needs internet), or set ART_VLLM_RUNTIME_BIN to a vLLM runtime server"
+      || die "could not build ART's vLLM runtime (see above), or set ART_VLLM_RUNTIME_BIN to a vLLM runtime server"
+    return 0
   fi
+  target=$("$venv/bin/python" -m hpc.vllm_runtime pypi-dir)
+  reqs="$target/requirements"
+  say "building the vLLM runtime from PyPI in $target ($(uname -m); ART's pinned versions, several GB)"
+  "$venv/bin/python" -m hpc.vllm_runtime requirements "$reqs" >/dev/null || die "cannot read ART's runtime bundle"
+  "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' \
+    || die "ART's vLLM runtime needs Python 3.12 exactly; $python is $("$python" --version 2>&1) (set PYTHON)"
+  "$venv/bin/uv" venv --quiet --allow-existing -p "$python" "$target/.venv" || die "could not create $target/.venv"
+  "$venv/bin/uv" pip install --quiet -p "$target/.venv/bin/python" --override "$reqs/overrides.txt" \
+    -r "$reqs/requirements.txt" || die "could not install the vLLM runtime from PyPI (see above)"
+  say "vLLM runtime: $target/.venv/bin/art-vllm-runtime-server"
+}
+
+if [[ "$backend" == yes ]]; then
+  [[ -n "${cluster:-}" ]] || install "${extras[@]}"
+  install_backend
+  if [[ "$runtime" == yes ]]; then build_runtime; else say "--no-runtime: the vLLM runtime is not built"; fi
+elif [[ -z "${cluster:-}" ]]; then  # not installed by the detection above
+  install "${extras[@]}"
 fi
 
 if [[ ! -f "$repo/.env" ]]; then

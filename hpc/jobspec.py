@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpc.clusters import Cluster, Detection
 from hpc.envfiles import EnvLayer, MergedEnv, merge_layers, parse_env_flags, read_dotenv, resolve_one
@@ -23,6 +23,9 @@ from hpc.ray_cluster import highest_port
 from hpc.rundir import RunDir
 from hpc.timelimit import ACCEPTED as TIME_FORMATS
 from hpc.timelimit import format_minutes, parse_time_limit
+
+if TYPE_CHECKING:
+    from trainer.config import TrainerConfig
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 DOTENV_DIR = REPO_DIR / "dotenv"
@@ -76,6 +79,8 @@ class JobSpec:
     run_dir: RunDir
     model_dir: Path
     launch_id: str = field(default_factory=lambda: new_launch_id())
+    gpu_use: str = ""  # how the run uses its GPUs (hpc/gpus.py), for the dry run
+    vllm_runtime: str = ""  # which vLLM runtime the job will use (hpc/vllm_runtime.py), for the dry run
     tunnel: Tunnel | None = None  # outbound SSH tunnel (clusters whose compute nodes have no internet)
     ray_join_timeout: int = DEFAULT_RAY_JOIN_TIMEOUT  # seconds a multi-node job waits for all Ray nodes
 
@@ -278,8 +283,8 @@ def resolve_runs_dir(flag: str | None, layers: list[EnvLayer], outer: dict[str, 
     return check_log_path(Path(value).expanduser().absolute())
 
 
-def trainer_project(config: str, train_args: list[str], entrypoint: str) -> str:
-    """The ART project the run's checkpoints live under (its run name is the job name).
+def trainer_config(config: str, train_args: list[str], entrypoint: str) -> "TrainerConfig":
+    """The trainer config a run uses: its checkpoints' ART project, its GPU settings.
 
     For the trainer, its own config loader reads the config with every
     --train_arg, so a mistyped key or a bad value fails here, in one line,
@@ -290,7 +295,6 @@ def trainer_project(config: str, train_args: list[str], entrypoint: str) -> str:
     overrides = train_args if entrypoint == DEFAULT_ENTRYPOINT else [
         pair for pair in train_args if pair.partition("=")[0] == "project"]
     try:
-        loaded = load_config(config, overrides)
+        return load_config(config, overrides)
     except ConfigError as error:
         raise UsageError(f"invalid --train_arg for --config {config}: {error}") from None
-    return loaded.project

@@ -18,10 +18,12 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpc.checkpoints import latest_complete, model_dir
 from hpc.clusters import Registry, load_registry
-from hpc.envfiles import merge_layers
+from hpc import vllm_runtime
+from hpc.envfiles import MergedEnv, merge_layers
 from hpc.errors import UsageError
 from hpc.jobspec import (
     CONTINUATION_MODES,
@@ -46,14 +48,18 @@ from hpc.jobspec import (
     env_layers,
     outer_env,
     resolve_runs_dir,
-    trainer_project,
+    trainer_config,
 )
+from hpc.gpus import plan_gpus
 from hpc.network import tunnel_for
 from hpc.render import render
 from hpc.rundir import RunDir
 from hpc import submit as slurm
 from hpc.submit import SlurmError
 from hpc.timelimit import parse_time_limit
+
+if TYPE_CHECKING:
+    from trainer.config import TrainerConfig
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("--account", default=None, help="account/budget; default: the cluster's account variable from dotenv")
     res.add_argument("--qos", default=None, help="Slurm QOS; default: none (Slurm uses the account's default)")
     res.add_argument("--num_nodes", type=int, default=1, help="nodes; more than 1 starts a Ray cluster across them")
-    res.add_argument("--gpus_per_node", type=int, default=1, help="GPUs per node, at most the cluster's")
+    res.add_argument("--gpus_per_node", type=int, default=None,
+                     help="GPUs per node, at most the cluster's; default: what the config's gpu_mode needs "
+                          "(1 shared, 2 dedicated)")
     res.add_argument("--cpus_per_task", type=int, default=None, help="CPUs for the training task; default: the cluster's")
     res.add_argument("--mem", default=None, help="memory per node, e.g. 200G; default: Slurm's")
     res.add_argument("--constraint", default=None, help="Slurm node constraint; default: none")
@@ -130,9 +138,8 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
     job_name = check_job_name(args.job_name)
     time_limit = check_time_limit(args.time_limit, cluster)
     num_nodes = check_range("--num_nodes", args.num_nodes, 1, cluster.max_nodes, f" on {cluster.name}")
-    gpus = check_range("--gpus_per_node", args.gpus_per_node, 0, cluster.gpus_per_node,
-                       f" ({cluster.name} has {cluster.gpus_per_node} GPUs per node)")
-    cpus = check_range("--cpus_per_task", args.cpus_per_task or cluster.cpus_per_task, 1, 4096)
+    cpus = check_range("--cpus_per_task",
+                       cluster.cpus_per_task if args.cpus_per_task is None else args.cpus_per_task, 1, 4096)
     limit_seconds = parse_time_limit(time_limit) * 60
     grace = args.signal_grace if args.signal_grace is not None else default_signal_grace(limit_seconds)
     grace = check_range("--signal_grace", grace, 10, max(limit_seconds - 10, 10), " seconds (less than the time limit)")
@@ -150,7 +157,8 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
     run_dir = RunDir(runs_dir / job_name)
     env = merge_layers(layers, {**outer, "HPC_RUN_DIR": str(run_dir.path)})
     art_path = env.get("ART_PATH") or str(run_dir.path / "art")
-    project = trainer_project(config, train_args, args.entrypoint)
+    trainer = trainer_config(config, train_args, args.entrypoint)
+    gpus = plan_gpus(args.gpus_per_node, cluster, trainer if args.entrypoint == DEFAULT_ENTRYPOINT else None)
     account = args.account or env.get(cluster.account_var) or None
 
     return JobSpec(
@@ -161,7 +169,7 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
         account=check_slurm_word("--account", account),
         qos=check_slurm_word("--qos", args.qos),
         num_nodes=num_nodes,
-        gpus_per_node=gpus,
+        gpus_per_node=gpus.gpus_per_node,
         cpus_per_task=cpus,
         mem=check_mem(args.mem),
         constraint=check_slurm_word("--constraint", args.constraint),
@@ -171,14 +179,23 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
         continuation=continuation_policy(args, cluster.requeue),
         entrypoint=check_entrypoint(args.entrypoint),
         config=config,
-        train_args=train_args,
+        train_args=[*train_args, *gpus.extra_train_args],
         env=env,
         env_layers=[layer.source for layer in layers if layer.values],
         run_dir=run_dir,
-        model_dir=model_dir(art_path, project, job_name),
+        model_dir=model_dir(art_path, trainer.project, job_name),
+        gpu_use=gpus.describe(),
+        vllm_runtime=runtime_line(trainer, args.entrypoint, env, cluster.cpu_arch),
         tunnel=tunnel_for(cluster, env),
         ray_join_timeout=check_ray_join_timeout(env),
     )
+
+
+def runtime_line(trainer: "TrainerConfig", entrypoint: str, env: MergedEnv, arch: str) -> str:
+    """Which vLLM runtime ART's LocalBackend will find in the job, or how to build it."""
+    if entrypoint != DEFAULT_ENTRYPOINT or trainer.backend != "local":
+        return ""
+    return vllm_runtime.describe(env.values, arch)
 
 
 def continuation_policy(args: argparse.Namespace, cluster_requeues: bool) -> Continuation:
@@ -263,6 +280,9 @@ def print_preview(spec: JobSpec, script: str, restart: bool = False) -> None:
     print(f"cluster:      {spec.cluster.name} ({spec.detection.reason})")
     print(f"run dir:      {spec.run_dir.path}")
     print(f"checkpoints:  {spec.model_dir / 'checkpoints'}")
+    print(f"gpus:         {spec.gpu_use}")
+    if spec.vllm_runtime:
+        print(f"vllm runtime: {spec.vllm_runtime}")
     print(f"run state:    {resume_summary(spec, restart)}")
     chain = f", {c.chain} jobs pre-submitted" if c.mode == "chain" else ""
     print(f"continuation: {c.mode}{chain} (at most {c.max_resubmits} continuations; "

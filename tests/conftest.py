@@ -43,3 +43,13 @@ def slurm() -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def cluster_login_environment(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """$WORK (TACC) and $PROJECT (JSC, set by jutil) as a login node has them: the dotenv
+    files put ART's vLLM runtime there. A test about a missing variable unsets its own."""
+    base = tmp_path_factory.getbasetemp()
+    for name in ("WORK", "PROJECT"):
+        if name not in os.environ:
+            monkeypatch.setenv(name, str(base / name.lower()))

@@ -86,3 +86,18 @@ def test_readme_two_commands_set_up_and_launch():
     text = README.read_text()
     assert "bash setup.sh" in text
     assert ".venv/bin/python -m hpc.launch --job_name agent_008 --time_limit 48:00:00" in text
+
+
+GPU_START, GPU_END = "<!-- gpu table: start -->", "<!-- gpu table: end -->"
+
+
+def test_readme_gpu_table_is_what_the_estimate_says():
+    from hpc.gpu_memory import fit_table
+
+    actual = fit_table()
+    text = README.read_text()
+    if os.environ.get("UPDATE_README") == "1":
+        before, rest = text.split(GPU_START, 1)
+        README.write_text(f"{before}{GPU_START}\n{actual}{GPU_END}{rest.split(GPU_END, 1)[1]}")
+        text = README.read_text()
+    assert text.split(GPU_START, 1)[1].split(GPU_END, 1)[0] == f"\n{actual}", "stale: UPDATE_README=1"

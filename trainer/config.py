@@ -25,6 +25,12 @@ import yaml
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 REWARDS = ("judge", "ruler")
+LOSS_FUNCTIONS = ("ppo", "cispo")  # what ART's LocalBackend.train accepts
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence", "average", "geometric_average")
+GPU_MODES = ("auto", "shared", "dedicated")
+# vLLM's share of its GPU when the config leaves gpu_memory_utilization null: beside the
+# 4-bit training model (ART's default share), or a GPU of its own.
+VLLM_SHARE = {"shared": 0.75, "dedicated": 0.9}
 # `local` (ART's LocalBackend) or an import path `package.module:ClassName`.
 BACKEND_RE = re.compile(r"local|[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 NONE_WORDS = ("null", "none", "~")
@@ -61,10 +67,15 @@ class TrainerConfig:
     groups_per_step: int = 12
     learning_rate: float = 1.2e-5
     num_epochs: int = 3
+    # The objective, passed to ART's backend.train (ART 0.5's own defaults in brackets):
+    loss_fn: str = "ppo"  # ["cispo"] PPO's clipped ratio, the objective ART trained ART-E with
+    scale_rewards: bool = True  # [True] advantages divided by the group's reward std (GRPO)
+    importance_sampling_level: str = "token"  # ["token"] per-token ratios
+    rollout_concurrency: int = 10  # rollouts in flight at once (ART-E: 10)
 
     # Data
     training_dataset_size: int | None = 2510  # None = every training scenario
-    training_dataset_seed: int = 42
+    training_dataset_seed: int | None = None  # None = dataset order (ART-E); an integer shuffles
     max_messages: int = 1
     val_set_size: int = 100  # metadata
     eval_steps: int = 30  # metadata
@@ -74,11 +85,21 @@ class TrainerConfig:
     ruler_judge_model: str | None = None
     judge_concurrency: int = 8
     judge_retries: int = 3
-    max_rollout_exceptions: float = 0.05
+    max_rollout_exceptions: float = 0.0  # ART-E: gather's max_exceptions=0
 
     # GPU memory
-    gpu_memory_utilization: float = 0.75
-    max_seq_length: int = 16384
+    gpu_memory_utilization: float | None = None  # vLLM's share of its GPU; None: VLLM_SHARE[gpu mode]
+    max_seq_length: int = 32768
+    # shared: vLLM and training take turns on one GPU (vLLM sleeps while training: ART's
+    # default); dedicated: training on the run's first GPU, vLLM on its second (ART's
+    # trainer_gpu_ids / inference_gpu_ids), no swap each step, two GPUs per run; auto: the
+    # cluster's default (hpc/clusters.yaml gpu_mode), which the launcher passes on.
+    gpu_mode: str = "auto"
+
+
+def vllm_share(config: "TrainerConfig", gpu_mode: str) -> float:
+    """The vLLM memory share a run uses in ``gpu_mode`` (shared or dedicated)."""
+    return config.gpu_memory_utilization or VLLM_SHARE[gpu_mode]
 
 
 # Value checks beyond the type: (predicate, what is accepted).
@@ -104,6 +125,10 @@ CHECKS: dict[str, Check] = {
     "reward": (lambda v: v in REWARDS, " or ".join(REWARDS)),
     "judge_concurrency": _POSITIVE,
     "judge_retries": _NON_NEGATIVE,
+    "loss_fn": (lambda v: v in LOSS_FUNCTIONS, " or ".join(LOSS_FUNCTIONS)),
+    "importance_sampling_level": (lambda v: v in IMPORTANCE_SAMPLING_LEVELS, ", ".join(IMPORTANCE_SAMPLING_LEVELS)),
+    "rollout_concurrency": _POSITIVE,
+    "gpu_mode": (lambda v: v in GPU_MODES, " or ".join(GPU_MODES)),
     "max_rollout_exceptions": (lambda v: 0 <= v <= 1, "a fraction from 0 to 1"),
     "gpu_memory_utilization": (lambda v: 0 < v <= 1, "a fraction above 0, at most 1"),
     "max_seq_length": _POSITIVE,

@@ -5,6 +5,7 @@ everything into ``DATA_DIR`` (a shared filesystem; the launcher's dotenv sets
 it) before any job runs::
 
     python -m trainer.data prepare [--data_dir D] [--emails SRC] [--questions SRC] [--force]
+    python -m trainer.data stage-model [--config agent_008] [--base_model ID] [--hf_home DIR]
 
 A source (SRC) is a Hugging Face dataset id, or a local copy of one:
 
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer.config import ConfigError
 from trainer.email_db import DB_FILENAME, MAX_BODY_CHARS, MAX_RECIPIENTS, BuildReport, build_database, temporary_file
 from trainer.scenarios import SCENARIOS_DIRNAME, SPLITS, Scenario, scenario_file
 
@@ -72,19 +74,26 @@ def default_data_dir() -> Path:
     """Where jobs on this machine's cluster read the data: ``$DATA_DIR`` (a job has
     it from the launcher), else DATA_DIR from the cluster's dotenv files (so
     staging on a login node writes where the jobs will look), else ``<repo>/data``."""
-    value = os.environ.get("DATA_DIR")
+    value = cluster_setting("DATA_DIR", "--data_dir")
+    return Path(value) if value else REPO / "data"
+
+
+def cluster_setting(name: str, flag: str | None = None) -> str | None:
+    """``$name`` from the shell (a job has it from the launcher), else as this cluster's
+    dotenv files set it for its jobs: staging on a login node writes where jobs will look.
+    ``flag`` is the option that sets it instead, named in the error."""
+    value = os.environ.get(name)
     if value:
-        return Path(value)
+        return value
     from hpc.clusters import load_registry
     from hpc.errors import UsageError
     from hpc.jobspec import dotenv_setting
 
     try:
-        value = dotenv_setting("DATA_DIR", load_registry().detect().cluster)
+        return dotenv_setting(name, load_registry().detect().cluster)
     except UsageError as error:  # e.g. ${SCRATCH} not set in this shell
-        raise SourceError(f"cannot work out DATA_DIR from the dotenv files: {error}; "
-                          "set DATA_DIR or pass --data_dir") from None
-    return Path(value) if value else REPO / "data"
+        raise SourceError(f"cannot work out {name} from the dotenv files: {error}; "
+                          f"set {name}" + (f" or pass {flag}" if flag else "")) from None
 
 
 # ---------------------------------------------------------------------------
@@ -457,20 +466,46 @@ def _parser() -> argparse.ArgumentParser:
                              help=f"the questions, train and test (default: {DEFAULT_QUESTIONS})")
     prepare_cmd.add_argument("--force", action="store_true", help="rebuild the database and rewrite the scenarios")
     prepare_cmd.add_argument("--quiet", action="store_true", help="no progress bars")
+    stage_cmd = commands.add_parser(
+        "stage-model", help="download every model repository a training job loads into the HF cache",
+        description="Download the base model (served by vLLM) and the 4-bit repository Unsloth trains on "
+                    "into the Hugging Face cache the cluster's jobs use, for compute nodes without internet.")
+    stage_cmd.add_argument("--config", default="agent_008", help="trainer config whose base_model to stage")
+    stage_cmd.add_argument("--base_model", default=None, help="stage this model instead of the config's")
+    stage_cmd.add_argument("--hf_home", type=Path, default=None,
+                           help="Hugging Face home (default: $HF_HOME, else HF_HOME of this cluster's dotenv)")
     return parser
+
+
+def stage_models(args: argparse.Namespace) -> list[str]:
+    """``stage-model``: the repositories of the config's base model, into the jobs' HF cache."""
+    from trainer.config import load_config
+    from trainer.model_cache import hub_cache, required_repos, stage
+
+    base_model = args.base_model or load_config(args.config).base_model
+    hf_home = args.hf_home or cluster_setting("HF_HOME", "--hf_home")
+    env = {**os.environ, **({"HF_HOME": str(hf_home)} if hf_home else {})}
+    env.pop("HF_HUB_OFFLINE", None)
+    hub = hub_cache(env)
+    return [f"HF cache:   {hub}", *stage(required_repos(base_model), hub)]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
-        report = prepare(data_dir, args.emails, args.questions, force=args.force, show_progress=not args.quiet)
-    except SourceError as error:
+        lines = stage_models(args) if args.command == "stage-model" else prepare_data(args)
+    except (SourceError, ConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    for line in format_report(report, args.emails, args.questions):
+    for line in lines:
         print(line)
     return 0
+
+
+def prepare_data(args: argparse.Namespace) -> list[str]:
+    data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
+    report = prepare(data_dir, args.emails, args.questions, force=args.force, show_progress=not args.quiet)
+    return format_report(report, args.emails, args.questions)
 
 
 if __name__ == "__main__":

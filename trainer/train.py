@@ -58,7 +58,9 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable
 from hpc.checkpoints import model_dir as art_model_dir
 from hpc.checkpoints import quarantine_incomplete
 from hpc.rundir import EXIT_STOPPED_FOR_TIME, RunDir
-from trainer.config import ConfigError, TrainerConfig, known_configs, load_config
+from hpc.vllm_runtime import job_runtime_env
+from trainer.config import ConfigError, TrainerConfig, known_configs, load_config, one_line, vllm_share
+from trainer.training_step import Objective, TrainedNothing, train_and_log
 
 if TYPE_CHECKING:
     import art
@@ -71,6 +73,7 @@ if TYPE_CHECKING:
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 EXIT_SETUP_ERROR = 2  # bad config, missing data or backend: retrying will not help
+EXIT_STEP_FAILED = 1  # a step produced nothing to train on, or trained nothing: the crash guard decides
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 
 log = logging.getLogger("trainer")
@@ -78,6 +81,10 @@ log = logging.getLogger("trainer")
 
 class SetupError(RuntimeError):
     """Something the user must fix before training can start (exit 2, one line)."""
+
+
+class BackendDidNotStart(RuntimeError):
+    """The backend's model service failed to start (no GPU, out of memory...): exit 1, one line."""
 
 
 class StepFailed(RuntimeError):
@@ -204,8 +211,11 @@ def configure_environment(env: dict[str, str] | os._Environ, *, interactive: boo
     - litellm would fetch its price table at import: use the bundled one.
     - In a job log (stderr not a terminal) tqdm's bars are off: ART's gather bar
       redraws every rollout with every metric, burying the one line per step
-      this module logs. TQDM_DISABLE set by the user wins."""
+      this module logs. TQDM_DISABLE set by the user wins.
+    - ART looks only for its own managed vLLM runtime: point it at the PyPI build
+      setup.sh made where that is the one built (aarch64; hpc/vllm_runtime.py)."""
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    env.update(job_runtime_env(env))  # the PyPI-built vLLM runtime, where ART's managed one is not
     env.setdefault("WANDB_DIR", str(run_dir))
     if env.get("HPC_NO_INTERNET") == "1":
         env.setdefault("WANDB_MODE", "offline")
@@ -237,9 +247,11 @@ def build_model(config: TrainerConfig, run_name: str, report_metrics: list[str])
     ``config.model_name`` is only the alias vLLM serves the adapter under."""
     import art
 
+    gpu_mode = "shared" if config.gpu_mode == "auto" else config.gpu_mode  # auto outside a launched job
     internal = art.dev.InternalModelConfig(
         init_args=art.dev.InitArgs(max_seq_length=config.max_seq_length),
-        engine_args=art.dev.EngineArgs(gpu_memory_utilization=config.gpu_memory_utilization),
+        engine_args=art.dev.EngineArgs(gpu_memory_utilization=vllm_share(config, gpu_mode)),
+        **gpu_placement(gpu_mode),
     )
     return art.TrainableModel(
         name=config.model_name,
@@ -249,6 +261,15 @@ def build_model(config: TrainerConfig, run_name: str, report_metrics: list[str])
         report_metrics=report_metrics,
         _internal_config=internal,
     )
+
+
+def gpu_placement(gpu_mode: str) -> dict[str, list[int]]:
+    """ART's dedicated mode for ``gpu_mode: dedicated``: Unsloth trains on the run's first
+    visible GPU, vLLM serves from its second, so neither waits for the other to sleep
+    (indices into CUDA_VISIBLE_DEVICES; the launcher asks for two GPUs). Shared: ART's default."""
+    if gpu_mode == "dedicated":
+        return {"trainer_gpu_ids": [0], "inference_gpu_ids": [1]}
+    return {}
 
 
 def backend_class(spec: str) -> type:
@@ -276,30 +297,6 @@ def backend_class(spec: str) -> type:
                          "accepted: 'local' or an import path 'package.module:ClassName'") from None
 
 
-async def train_and_log(
-    model: "art.TrainableModel",
-    backend: Any,
-    groups: list["art.TrajectoryGroup"],
-    *,
-    learning_rate: float,
-    batch_step: int,
-) -> int:
-    """Train on one step's groups, log them, and return the new step.
-
-    In ART 0.5 ``backend.train(model, groups, ...)`` trains only; logging is
-    ours. It comes after training so a stop or crash mid-step never leaves a
-    logged but untrained step behind (the step is redone and would be logged
-    twice). As ``backend.train``'s docstring shows, trajectories are logged at
-    the step whose checkpoint produced them, training metrics at the step they
-    produced.
-    """
-    result = await backend.train(model, groups, learning_rate=learning_rate)
-    await model.log(groups, split="train", step=batch_step)
-    if result.metrics:
-        await model.log(metrics=result.metrics, split="train", step=result.step)
-    return result.step
-
-
 # -- one step -----------------------------------------------------------------------------------
 
 
@@ -311,13 +308,18 @@ class RolloutTasks:
     cancellation as one more rollout exception and carry on). To abandon a step
     cleanly we therefore cancel the rollouts ourselves."""
 
-    def __init__(self) -> None:
+    def __init__(self, concurrency: int) -> None:
         self._tasks: set[asyncio.Task] = set()
+        self._slots = asyncio.Semaphore(concurrency)  # rollouts in flight at once (config rollout_concurrency)
 
     def start(self, rollout: Coroutine[Any, Any, "art.Trajectory"]) -> asyncio.Task:
-        task = asyncio.ensure_future(rollout)
+        task = asyncio.ensure_future(self._bounded(rollout))
         self._tasks.add(task)
         return task
+
+    async def _bounded(self, rollout: Coroutine[Any, Any, "art.Trajectory"]) -> "art.Trajectory":
+        async with self._slots:
+            return await rollout
 
     async def cancel_all(self) -> None:
         pending = [task for task in self._tasks if not task.done()]
@@ -334,6 +336,7 @@ class Rollouts:
     judge: "Judge | None"  # None when reward=ruler: RULER scores whole groups instead
     agent: "AgentConfig"
     trajectories_per_group: int
+    concurrency: int  # rollouts in flight at once
     max_rollout_exceptions: float  # fraction of a step's rollouts that may raise before the step fails
     ruler_judge_model: str | None  # set when reward=ruler: score each group with RULER
 
@@ -345,7 +348,7 @@ async def gather_step(
 
     A stop during rollouts abandons them: they are cancelled and nothing of
     this step is trained on (the next job redoes the step from scratch)."""
-    tasks = RolloutTasks()
+    tasks = RolloutTasks(rollouts.concurrency)
     gather = asyncio.ensure_future(gather_groups(model, batch, rollouts, tasks))
     stopped = asyncio.ensure_future(stop.wait())
     try:
@@ -461,7 +464,8 @@ def load_training_scenarios(config: TrainerConfig, data_dir: Path) -> list["Scen
         "train",
         limit=config.training_dataset_size,
         max_messages=config.max_messages,
-        seed=config.training_dataset_seed,
+        shuffle=config.training_dataset_seed is not None,  # None: the dataset's own order, as ART-E
+        seed=config.training_dataset_seed or 0,
     )
     if not scenarios:
         raise SetupError(f"no training scenarios in {data_dir} (max_messages={config.max_messages}); "
@@ -548,7 +552,8 @@ async def train_steps(
         stats = step_stats(groups)
         log.info("step %d/%d: training on %d groups (%d trajectories, %d rollout exceptions)",
                  number, total, len(groups), stats.trajectories, stats.exceptions)
-        done = await train_and_log(model, backend, groups, learning_rate=config.learning_rate, batch_step=batch.step)
+        done = await train_and_log(model, backend, groups, objective=Objective.from_config(config),
+                                   batch_step=batch.step)
         if done != number:
             raise StepFailed(f"step {number}: the backend reports step {done} after training; "
                              "checkpoints and data order no longer match")
@@ -570,22 +575,51 @@ async def train(config: TrainerConfig, paths: Paths, stop: StopRequest) -> int:
     try:
         db_path = check_data(paths.data_dir)
         scenarios = load_training_scenarios(config, paths.data_dir)
+        log.info("data: %s, %d training scenarios", paths.data_dir, len(scenarios))
+        check_models_cached(config, os.environ)
         if stop.requested:
             log.info("stopped (%s) before starting the backend", stop.signal_name)
             return EXIT_STOPPED_FOR_TIME
         for path in quarantine_incomplete(paths.model_dir):  # before ART picks its step: the largest folder
             log.warning("moved an incomplete checkpoint aside: %s", path)
+        log.info("checkpoints checked: %s", paths.model_dir / "checkpoints")
         async with contextlib.AsyncExitStack() as resources:
             db = EmailDB(db_path)
             resources.callback(db.close)
             backend = backend_class(config.backend)(path=str(paths.art_path))
             resources.push_async_callback(backend.close)
+            log.info("backend: %s.%s at %s", type(backend).__module__, type(backend).__name__, paths.art_path)
             model = build_model(config, paths.run_name, metrics_reporters(os.environ))
-            await model.register(backend)
+            log.info("model built: %s (run %s, base %s, gpu_mode %s); registering with the backend",
+                     model.name, model.run_name, model.base_model, config.gpu_mode)
+            await register(model, backend)
+            log.info("registered: inference at %s as %s", model.inference_base_url, model.inference_model_name)
             rollouts = make_rollouts(config, paths, db)
             return await train_steps(model, backend, scenarios, rollouts, config, paths, stop)
     finally:
         stop.detach()
+
+
+async def register(model: "art.TrainableModel", backend: Any) -> None:
+    """``model.register``, where ART's LocalBackend starts its model service (Unsloth, then
+    vLLM) in a child process that prints its own error; a failure there is one line here."""
+    try:
+        await model.register(backend)
+    except RuntimeError as error:
+        raise BackendDidNotStart(f"the training backend did not start: {one_line(error)} "
+                                 "(its own error is above)") from error
+
+
+def check_models_cached(config: TrainerConfig, env: dict[str, str] | os._Environ) -> None:
+    """Offline (HF_HUB_OFFLINE=1), ART's LocalBackend can load only what the HF cache holds:
+    fail now, naming the missing repositories, not after minutes of start-up."""
+    from trainer.model_cache import offline_cache_problem
+
+    if config.backend != "local" or env.get("HF_HUB_OFFLINE") != "1":
+        return
+    problem = offline_cache_problem(config.base_model, env)
+    if problem:
+        raise SetupError(problem)
 
 
 def make_rollouts(config: TrainerConfig, paths: Paths, db: "EmailDB") -> Rollouts:
@@ -597,6 +631,7 @@ def make_rollouts(config: TrainerConfig, paths: Paths, db: "EmailDB") -> Rollout
         agent=AgentConfig(max_turns=config.max_turns, max_tokens=config.max_tokens,
                           tool_calling=config.tool_calling, temperature=config.temperature),
         trajectories_per_group=config.trajectories_per_group,
+        concurrency=config.rollout_concurrency,
         max_rollout_exceptions=config.max_rollout_exceptions,
         ruler_judge_model=ruler_judge(config),
     )
@@ -688,6 +723,9 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as error:
         print(f"trainer.train: error: {error}", file=sys.stderr)
         return EXIT_SETUP_ERROR
+    except (StepFailed, TrainedNothing, BackendDidNotStart) as error:
+        print(f"trainer.train: error: {error}", file=sys.stderr)
+        return EXIT_STEP_FAILED
     finally:
         stop.ignore_from_now_on()
 

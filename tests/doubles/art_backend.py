@@ -24,7 +24,9 @@ under ``<path>/<project>/models/<run_name>/``):
 
 Knobs (environment, since the trainer builds the backend itself):
 ``ART_FAKE_TRAIN_SECONDS`` sleeps that long in each ``train`` call and
-``ART_FAKE_SAVE_SECONDS`` half-way through writing the weights. While
+``ART_FAKE_SAVE_SECONDS`` half-way through writing the weights;
+``ART_FAKE_SKIP_TRAINING=1`` does what LocalBackend does when nothing is
+trainable (copies the checkpoint forward, reports zero trainable groups). While
 training, ``<path>/fake_backend_training`` holds the step being trained, so a
 test knows when to send SIGUSR1 "mid-step".
 """
@@ -103,6 +105,8 @@ class FakeBackend:
     async def train(self, model: Any, trajectory_groups: Iterable[Any], **kwargs: Any) -> FakeTrainResult:
         groups = list(trajectory_groups)
         current = await self._get_step(model)
+        if os.environ.get("ART_FAKE_SKIP_TRAINING") == "1":
+            return self._skip(model, current)
         marker = self._path / TRAINING_MARKER
         marker.write_text(str(current))
         try:
@@ -113,6 +117,15 @@ class FakeBackend:
             marker.unlink(missing_ok=True)
         self._log_train(current, groups, kwargs)
         return FakeTrainResult(step=current + 1, metrics={"loss/train": 0.0}, checkpoint_path=str(folder))
+
+    def _skip(self, model: Any, current: int) -> FakeTrainResult:
+        """What LocalBackend does when nothing is trainable: copy the checkpoint forward
+        and report zero trainable groups."""
+        import shutil
+
+        shutil.copytree(step_dir(self._model_dir(model), current), step_dir(self._model_dir(model), current + 1))
+        return FakeTrainResult(step=current + 1, metrics={"data/step_num_groups_trainable": 0.0,
+                                                         "data/step_num_gradient_steps": 0.0})
 
     async def close(self) -> None:
         self.closed = True
@@ -131,6 +144,7 @@ class FakeBackend:
             "metadata": [[dict(t.metadata) for t in group.trajectories] for group in groups],
             "rewards": [[t.reward for t in group.trajectories] for group in groups],
             "learning_rate": kwargs.get("learning_rate"),
+            "objective": {k: v for k, v in kwargs.items() if k != "learning_rate"},
             "pid": os.getpid(),
             "time": time.time(),
         }

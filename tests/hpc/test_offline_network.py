@@ -52,7 +52,7 @@ def test_offline_cluster_gets_the_tunnel_and_offline_variables(capsys, runs):
 
 
 def test_tunnel_settings_come_from_the_dotenv_and_are_quoted(capsys, runs):
-    script = ok_script(capsys, runs, "--gpus_per_node", "1", "--env", "TUNNEL_HOST=alice@gw.example.org",
+    script = ok_script(capsys, runs, "--config", "smoke", "--env", "TUNNEL_HOST=alice@gw.example.org",
                        "--env", "TUNNEL_PORT=2080", "--env", "TUNNEL_TIMEOUT=90",
                        "--env", "TUNNEL_SSH_OPTS=-i /home/alice/.ssh/k $(reboot)", cluster="juwels_booster")
     assert "HPC_TUNNEL_HOST=alice@gw.example.org\n" in script and "HPC_TUNNEL_PORT=2080\n" in script
@@ -64,7 +64,7 @@ def test_every_jsc_cluster_tunnels_to_its_login_node(capsys, runs):
     for name in ("jureca", "jupiter", "juwels_booster"):
         cluster = load_registry().get(name)
         assert not cluster.internet and cluster.login_host
-        script = ok_script(capsys, runs, cluster=name)
+        script = ok_script(capsys, runs, "--config", "smoke", cluster=name)  # smoke fits every GPU
         assert f"HPC_TUNNEL_HOST={cluster.login_host}\n" in script
 
 

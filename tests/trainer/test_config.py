@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpc.jobspec import trainer_project
-from trainer.config import ConfigError, TrainerConfig, build_config, config_keys, known_configs, load_config
+from hpc.jobspec import trainer_config
+from trainer.config import ConfigError, TrainerConfig, build_config, config_keys, known_configs, load_config, vllm_share
 
 
 def test_agent_008_config_has_the_published_hyperparameters() -> None:
@@ -22,7 +22,12 @@ def test_agent_008_config_has_the_published_hyperparameters() -> None:
     assert config.learning_rate == pytest.approx(1.2e-5)
     assert (config.training_dataset_size, config.val_set_size, config.eval_steps) == (2510, 100, 30)
     assert config.backend == "local"
-    assert 0 < config.gpu_memory_utilization <= 1 and config.max_seq_length >= 8192
+    # What ART-E trained with, where ART 0.5's defaults differ (trainer/configs/agent_008.yaml says where from)
+    assert (config.loss_fn, config.scale_rewards, config.importance_sampling_level) == ("ppo", True, "token")
+    assert (config.max_rollout_exceptions, config.max_seq_length, config.rollout_concurrency) == (0, 32768, 10)
+    assert config.training_dataset_seed is None, "ART-E trained on its scenarios in dataset order"
+    assert (config.gpu_mode, config.gpu_memory_utilization) == ("auto", None)
+    assert (vllm_share(config, "shared"), vllm_share(config, "dedicated")) == (0.75, 0.9)
 
 
 @pytest.mark.parametrize("name", known_configs())
@@ -155,10 +160,10 @@ def test_config_is_immutable() -> None:
 @pytest.mark.parametrize("overrides", [[], ["model_name=other-agent", "project=p2"]])
 def test_launcher_reads_the_same_project_as_the_trainer(overrides: list[str]) -> None:
     config = load_config("agent_008", overrides)
-    assert trainer_project("agent_008", overrides, "trainer.train") == config.project
+    assert trainer_config("agent_008", overrides, "trainer.train") == config
     # Another entrypoint's own arguments are not trainer keys; its project= still counts.
     workload_args = [*overrides, "steps=6"]
-    assert trainer_project("agent_008", workload_args, "tests.doubles.step_trainer") == config.project
+    assert trainer_config("agent_008", workload_args, "tests.doubles.step_trainer").project == config.project
 
 
 def test_the_dataclass_defaults_are_agent_008() -> None:

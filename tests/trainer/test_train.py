@@ -32,6 +32,7 @@ from tests.doubles.art_backend import TRAINING_MARKER, read_train_log, save_adap
 from tests.doubles.openai_server import OpenAIServer, Reply, failure, text, tool_call
 from trainer import train as trainer_train
 from trainer.config import load_config
+from trainer.training_step import TrainedNothing
 from trainer.train import (
     SetupError,
     StopRequest,
@@ -41,7 +42,6 @@ from trainer.train import (
     metrics_reporters,
     resolve_paths,
     total_steps,
-    train_and_log,
 )
 
 # litellm noise: its response objects trip pydantic's serializer checks, and its logging worker
@@ -160,6 +160,7 @@ def batch_scenario_ids(art_e_data_dir: Path) -> list[list[int]]:
     from trainer.scenarios import load_scenarios
 
     config = load_config(CONFIG, OVERRIDES)
+    assert config.training_dataset_seed == 42, "the tests check shuffling with the smoke config's seed"
     scenarios = load_scenarios(art_e_data_dir, "train", limit=config.training_dataset_size,
                                max_messages=config.max_messages, seed=config.training_dataset_seed)
     assert len(scenarios) == SCENARIOS, "the fixture data needs at least 6 training scenarios"
@@ -292,6 +293,22 @@ def test_a_stop_during_rollouts_abandons_them_and_trains_nothing(run: Run, monke
     assert elapsed < 3.0, "the rollouts were cancelled, not waited for"
     assert run.trained == [] and run.steps_on_disk() == [0]
     assert run.run_dir.read_progress() is None and run.run_dir.read_done() is None
+
+
+def test_a_backend_that_copies_checkpoints_forward_without_training_fails_the_run(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ART_FAKE_SKIP_TRAINING", "1")  # what ART does with no usable logprobs
+    with pytest.raises(TrainedNothing, match="step 1: the backend trained on 0 groups"):
+        train_in_process()
+    assert run.run_dir.read_progress() is None, "a step that trained nothing is not progress"
+
+
+def test_the_configs_objective_reaches_the_backend(run: Run) -> None:
+    assert train_in_process(overrides=[*OVERRIDES, "loss_fn=cispo", "importance_sampling_level=sequence"]) == 0
+    records = read_train_log(run.art_path)
+    assert {json.dumps(r["objective"], sort_keys=True) for r in records} == {json.dumps(
+        {"loss_fn": "cispo", "scale_rewards": True, "importance_sampling_level": "sequence"}, sort_keys=True)}
 
 
 def test_rollout_failures_beyond_the_allowed_share_fail_the_step_untrained(
@@ -467,26 +484,3 @@ def test_wandb_logging_needs_an_api_key_and_the_wandb_package(monkeypatch: pytes
     assert metrics_reporters({"WANDB_API_KEY": "k"}) == ["wandb"]
     monkeypatch.setattr(trainer_train.importlib.util, "find_spec", lambda name: None)
     assert metrics_reporters({"WANDB_API_KEY": "k"}) == []
-
-
-class _Groups(list):
-    """Stands in for a list of TrajectoryGroups (the functions only pass it on)."""
-
-
-def test_train_and_log_trains_through_the_backend_then_logs() -> None:
-    calls: list[tuple[str, Any]] = []
-
-    class NewModel:  # ART 0.5: the backend trains; logging is the caller's job
-        async def log(self, groups: Any = None, *, split: str, step: int, metrics: Any = None) -> None:
-            calls.append(("model.log", step, metrics))
-
-    class Backend:
-        async def train(self, model: Any, groups: Any, *, learning_rate: float) -> Any:
-            calls.append(("backend.train", learning_rate))
-            return type("Result", (), {"step": 8, "metrics": {"loss/train": 0.1}})()
-
-    step = asyncio.run(train_and_log(NewModel(), Backend(), _Groups(), learning_rate=1e-5, batch_step=7))  # type: ignore[arg-type]
-
-    assert step == 8
-    assert calls == [("backend.train", 1e-5), ("model.log", 7, None), ("model.log", 8, {"loss/train": 0.1})]
-
