@@ -7,8 +7,10 @@ The job script (sbatch/_job_control.sh.j2) calls
                                      --script S --max_resubmits N --max_failures N [--log_err PATH]
 
 ``begin`` says whether there is anything to do (exit 10 when the run is done or
-given up: a chained job then ends at once), moves half-written checkpoints
-aside and records the step the job starts from. ``end`` records how the
+given up: a chained job then ends at once), checks that the model folder is
+this run's own (exit 3 and the run marked failed when another run owns it:
+hpc/ownership.py), moves half-written checkpoints aside and records the step
+the job starts from. ``end`` records how the
 workload ended and continues the run: ``scontrol requeue`` (same job id, where
 the cluster allows it), a follow-up job with ``--dependency=afterany`` (where
 jobs may submit jobs), or nothing (``--chain``: the launcher pre-submitted the
@@ -37,12 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from hpc import ownership
 from hpc.checkpoints import latest_complete, quarantine_incomplete
 from hpc.rundir import EXIT_STOPPED_FOR_TIME, RunDir
 
 log = logging.getLogger("hpc.continuation")
 
 EXIT_NOTHING_TO_DO = 10  # begin: the run is finished or failed; the job exits 0 at once
+EXIT_NOT_OURS = 3  # begin: the model folder belongs to another run; the job fails, nothing continues
 MODES = ("requeue", "afterany", "chain")
 
 FINISHED = "finished"
@@ -254,6 +258,13 @@ def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int) -> int:
               f"relaunch to try again")
         return EXIT_NOTHING_TO_DO
     with run.locked():
+        try:
+            note = ownership.claim(run, model_dir).note
+        except ownership.OwnershipError as error:
+            give_up(run, str(error), None)
+            return EXIT_NOT_OURS
+        if note:
+            print(f"[continuation] {note}")
         lost = unclosed_start(run.read_ledger())
         if lost is not None:
             close_lost_job(run, lost, current_step(model_dir), job_id)

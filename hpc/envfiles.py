@@ -90,16 +90,41 @@ def read_dotenv(path: Path) -> EnvLayer:
 
 
 def parse_env_flags(pairs: list[str]) -> EnvLayer:
-    """--env KEY=VALUE flags as a layer; a malformed one is a UsageError."""
+    """--env KEY=VALUE flags as a layer; a malformed one is a UsageError that names the
+    key only: what follows may be a secret (``--env API_KEY sk-...``, a missing '=')."""
     values: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
-        if not sep or not NAME_RE.fullmatch(name):
-            raise UsageError(
-                f"invalid --env {pair!r}: expected KEY=VALUE with KEY matching [A-Za-z_][A-Za-z0-9_]*"
-            )
+        if not sep:
+            raise UsageError("invalid --env argument without '=' (not shown: it may hold a secret): "
+                             "expected KEY=VALUE with KEY matching [A-Za-z_][A-Za-z0-9_]*")
+        if not NAME_RE.fullmatch(name):
+            raise UsageError(f"invalid --env name {name!r} (value not shown): expected KEY=VALUE with KEY "
+                             "matching [A-Za-z_][A-Za-z0-9_]*")
         values[name] = value
     return EnvLayer("--env", values)
+
+
+def redact_argv(argv: list[str], env: MergedEnv) -> list[str]:
+    """The launch's arguments as the ledger records them: ``--env NAME=***`` for secret
+    names, and every secret value (and value built from one) replaced by ***, wherever
+    it appears (a --train_arg, a path)."""
+    values = sorted({v for v in env.secret_values().values() if v}, key=len, reverse=True)
+    shown, after_env = [], False
+    for arg in argv:
+        if after_env or arg.startswith("--env="):
+            arg = _redact_pair(arg)
+        for value in values:
+            arg = arg.replace(value, REDACTED)
+        shown.append(arg)
+        after_env = arg == "--env"
+    return shown
+
+
+def _redact_pair(arg: str) -> str:
+    prefix = "--env=" if arg.startswith("--env=") else ""
+    name, sep, _ = arg[len(prefix):].partition("=")
+    return f"{prefix}{name}={REDACTED}" if sep and is_secret_name(name) else arg
 
 
 def merge_layers(layers: list[EnvLayer], outer: Mapping[str, str]) -> MergedEnv:

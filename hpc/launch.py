@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from hpc.checkpoints import latest_complete, model_dir
 from hpc.clusters import Registry, load_registry
-from hpc import vllm_runtime
-from hpc.envfiles import MergedEnv, merge_layers
+from hpc import init_from, ownership, vllm_runtime
+from hpc.envfiles import MergedEnv, merge_layers, redact_argv
 from hpc.errors import UsageError
 from hpc.jobspec import (
     CONTINUATION_MODES,
@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="pre-submit N jobs linked by afterany (for clusters where jobs may not submit jobs)")
     cont.add_argument("--restart", action="store_true",
                       help="start a new run: move the old run directory and checkpoints aside first")
+    cont.add_argument("--init_from", default=None, metavar="RUN[:STEP]",
+                      help="start this new run from another run's checkpoint (its latest complete one, or STEP), "
+                           "copied into this run's own model folder as its step 0; default: none")
     return p
 
 
@@ -186,6 +189,7 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
         model_dir=model_dir(art_path, trainer.project, job_name),
         gpu_use=gpus.describe(),
         vllm_runtime=runtime_line(trainer, args.entrypoint, env, cluster.cpu_arch),
+        init_from=init_from.find_source(runs_dir, args.init_from) if args.init_from else None,
         tunnel=tunnel_for(cluster, env),
         ray_join_timeout=check_ray_join_timeout(env),
     )
@@ -226,7 +230,13 @@ def bash_syntax_check(script: str) -> None:
 
 def resume_summary(spec: JobSpec, restart: bool = False) -> str:
     """One line on where this run stands: new, resuming from step N, finished, failed
-    (the same checkpoint check the job and the trainer make, hpc.checkpoints)."""
+    (the same checkpoint check the job and the trainer make, hpc.checkpoints), and
+    whose checkpoint it starts from."""
+    if spec.init_from is not None:
+        source = spec.init_from
+        aside = "; the old run directory and checkpoints would be moved aside" if restart else ""
+        return (f"new run: will start from run {source.run.name}'s step {source.step} ({source.path}), "
+                f"copied into this run's folder as its step 0{aside}")
     if restart and (spec.run_dir.path.exists() or spec.model_dir.exists()):
         return "--restart: new run from step 0; the old run directory and checkpoints would be moved aside"
     done = spec.run_dir.read_done()
@@ -240,7 +250,7 @@ def resume_summary(spec: JobSpec, restart: bool = False) -> str:
     if latest is None:
         state = "new run: will start from step 0" + of_total
     else:
-        state = f"will resume from step {latest.step}{of_total}"
+        state = f"will resume from step {latest.step}{of_total} of this run's own checkpoints"
     if failed:
         state += (f" (previously marked failed: {failed.get('reason')}; log: {failed.get('log_tail') or '-'}; "
                   "a launch clears that)")
@@ -254,6 +264,32 @@ def move_aside(path: Path) -> Path | None:
     target = path.with_name(f"{path.name}.{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
     path.rename(target)
     return target
+
+
+def integrity(spec: JobSpec, restart: bool) -> str:
+    """Refuse (UsageError) to train in a model folder that is not this run's; return a note
+    for the user (a folder adopted from before ownership records), else ""."""
+    try:
+        if restart and not ownership.can_move_aside(spec.run_dir, spec.model_dir):
+            raise ownership.OwnershipError(ownership.foreign_folder(
+                spec.run_dir, spec.model_dir, ownership.owner_of(spec.model_dir) or {}))
+        note = "" if restart else ownership.check(spec.run_dir, spec.model_dir).note
+    except ownership.OwnershipError as error:
+        raise UsageError(str(error)) from None
+    if spec.init_from is not None and not restart:
+        init_from.check_target(spec.model_dir, spec.init_from)
+    return note
+
+
+def claim_model_folder(spec: JobSpec) -> None:
+    """Seed --init_from's adapter, then record who owns what (under the run's lock)."""
+    lineage = None
+    if spec.init_from is not None:
+        init_from.check_target(spec.model_dir, spec.init_from)
+        seeded = init_from.seed(spec.model_dir, spec.init_from)
+        print(f"--init_from: copied run {spec.init_from.run.name}'s step {spec.init_from.step} to {seeded}")
+        lineage = spec.init_from.record()
+    ownership.claim(spec.run_dir, spec.model_dir, lineage)
 
 
 def restart_run(spec: JobSpec) -> None:
@@ -279,7 +315,8 @@ def print_preview(spec: JobSpec, script: str, restart: bool = False) -> None:
     c = spec.continuation
     print(f"cluster:      {spec.cluster.name} ({spec.detection.reason})")
     print(f"run dir:      {spec.run_dir.path}")
-    print(f"checkpoints:  {spec.model_dir / 'checkpoints'}")
+    note = integrity(spec, restart)
+    print(f"checkpoints:  {spec.model_dir / 'checkpoints'} (this run's own{'; ' + note if note else ''})")
     print(f"gpus:         {spec.gpu_use}")
     if spec.vllm_runtime:
         print(f"vllm runtime: {spec.vllm_runtime}")
@@ -336,12 +373,14 @@ def write_secrets(run_dir: RunDir, secrets: dict[str, str]) -> None:
 def submit_run(spec: JobSpec, script: str, argv: list[str], restart: bool) -> int:
     slurm.require_sbatch()
     run_dir = spec.run_dir
+    integrity(spec, restart)  # before the lock, which creates the run directory
     with run_dir.locked():
         active = slurm.active_jobs(ledger_job_ids(run_dir))  # before --restart moves the ledger aside
         if active:
             listed = ", ".join(f"{job} ({state})" for job, state in active.items())
             raise UsageError(f"run {spec.job_name} already has active job(s) {listed}; nothing submitted "
                              "(scancel them first, or choose another --job_name)")
+        note = integrity(spec, restart)
         if restart:
             restart_run(spec)
         done = run_dir.read_done()
@@ -352,7 +391,10 @@ def submit_run(spec: JobSpec, script: str, argv: list[str], restart: bool) -> in
         if run_dir.read_failed():
             os.replace(run_dir.failed_file, run_dir.path / f"failed.{spec.launch_id}.json")
         write_run_files(spec, script)
-        job_ids = submit_chain(spec, argv)
+        claim_model_folder(spec)
+        if note:
+            print(f"note: {note}")
+        job_ids = submit_chain(spec, redact_argv(argv, spec.env))
     print_submitted(spec, job_ids)
     return 0
 

@@ -11,6 +11,7 @@ Layout of ``<runs_dir>/<job_name>/``::
     ledger.jsonl            one JSON record per line, append-only (see LEDGER_EVENTS)
     scripts/<launch>.sbatch rendered job scripts, one per launch, never overwritten
     secrets.env             secret variables for the job, mode 0600, never in a script
+    model.json              the model folder this run owns (and --init_from's source); hpc/ownership.py
     logs/<job>-<id>.out     Slurm stdout/stderr (``%x-%j``), appended across requeues
     progress.json           written by the trainer after every step (atomic rename)
     done.json               written once when all training steps are finished
@@ -81,6 +82,10 @@ class RunDir:
     @property
     def secrets_file(self) -> Path:
         return self.path / "secrets.env"
+
+    @property
+    def model_record_file(self) -> Path:
+        return self.path / "model.json"
 
     @property
     def progress_file(self) -> Path:
@@ -161,6 +166,13 @@ class RunDir:
 
     def write_progress(self, progress: dict[str, Any]) -> None:
         write_json_atomic(self.progress_file, {**progress, "updated_at": utc_now()})
+
+    def read_model_record(self) -> dict[str, Any] | None:
+        """Which model folder this run owns (hpc/ownership.py), or None before its first launch."""
+        return read_json(self.model_record_file)
+
+    def write_model_record(self, record: dict[str, Any]) -> None:
+        write_json_atomic(self.model_record_file, record)
 
     def read_done(self) -> dict[str, Any] | None:
         return read_json(self.done_file)

@@ -3,10 +3,12 @@
 Run by test jobs as `python -m tests.doubles.echo_workload --config X ...`.
 It writes $HPC_RUN_DIR/echo.json with its argv and the variables named in
 ECHO_ENV_NAMES (comma-separated), so a test can check that every value made
-it through rendering and shell quoting byte for byte."""
+it through rendering and shell quoting byte for byte. Secrets are checked
+without writing them: ECHO_HASH_NAMES' values are recorded as SHA-256 digests."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -18,7 +20,10 @@ def main() -> int:
     names = [n for n in os.environ.get("ECHO_ENV_NAMES", "").split(",") if n]
     names += ["HPC_JOB_NAME", "HPC_RUN_DIR", "HPC_CLUSTER", "CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS",
               "SLURM_JOB_ID"]
-    record = {"argv": sys.argv[1:], "env": {name: os.environ.get(name) for name in names}}
+    hashed = [n for n in os.environ.get("ECHO_HASH_NAMES", "").split(",") if n]
+    record = {"argv": sys.argv[1:], "env": {name: os.environ.get(name) for name in names},
+              "sha256": {name: hashlib.sha256(os.environ[name].encode()).hexdigest()
+                         for name in hashed if name in os.environ}}
     out = Path(os.environ.get("ECHO_OUTPUT") or Path(os.environ["HPC_RUN_DIR"]) / "echo.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpc import checkpoints as ck
-from hpc import launch
+from hpc import launch, ownership
 from hpc.rundir import RunDir
 from tests.doubles.step_trainer import safetensors_bytes
 
@@ -130,7 +130,8 @@ def test_restart_moves_the_run_and_its_checkpoints_aside_and_submits_a_new_run(c
     (old_run,) = [p for p in runs.iterdir() if p.name.startswith("r1.")]
     (old_model,) = [p for p in model.parent.iterdir() if p.name.startswith(f"{model.name}.")]
     assert (old_run / "done.json").exists() and ck.latest_complete(old_model).step == 9  # kept, not deleted
-    assert not run.done_file.exists() and not model.exists()
+    assert not run.done_file.exists() and ck.list_checkpoints(model) == []
+    assert ownership.owner_of(model)["run_dir"] == str(run.path.resolve()), "the new run owns the new folder"
     assert [r["event"] for r in run.read_ledger()] == ["submit"]
     assert f"moved {run.path} aside" in out and f"moved {model} aside" in out
 
