@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import struct
 import sys
 from dataclasses import dataclass
@@ -153,6 +154,28 @@ def quarantine_incomplete(model_dir: Path) -> list[Path]:
                     checkpoint.step, checkpoint.path, target)
         moved.append(target)
     return moved
+
+
+def prune(model_dir: Path, keep: set[int]) -> list[int]:
+    """Delete complete checkpoints older than the latest complete one, except ``keep``.
+
+    The latest complete checkpoint (where a job resumes) and anything newer
+    (a step being saved, or a torn folder the next job moves aside) are never
+    touched, nor are incomplete folders (they may be a user's to inspect). A
+    folder is renamed out of ART's sight before it is removed, so no reader
+    ever sees half a checkpoint."""
+    latest = latest_complete(model_dir)
+    if latest is None:
+        return []
+    removed = []
+    for checkpoint in list_checkpoints(model_dir):
+        if checkpoint.step >= latest.step or checkpoint.step in keep or not is_complete(checkpoint.path):
+            continue
+        doomed = checkpoint.path.with_name(f".pruning-{checkpoint.path.name}")
+        checkpoint.path.rename(doomed)
+        shutil.rmtree(doomed)
+        removed.append(checkpoint.step)
+    return removed
 
 
 # -- command line -------------------------------------------------------------------

@@ -14,6 +14,10 @@ Layout of ``<runs_dir>/<job_name>/``::
     model.json              the model folder this run owns (and --init_from's source); hpc/ownership.py
     logs/<job>-<id>.out     Slurm stdout/stderr (``%x-%j``), appended across requeues
     progress.json           written by the trainer after every step (atomic rename)
+    validation.jsonl        one record per completed validation (step, summary); trainer/validation.py
+    validation/step_NNNN.jsonl   that validation's per-question records
+    evaluations/<split>/<model>/  records.jsonl + summary.json of `python -m trainer.eval`
+    report/                 `python -m hpc.report`: report.md and its PNG figures
     done.json               written once when all training steps are finished
     failed.json             written when the run is given up (crash guard)
     .lock                   flock target serialising launches and ledger appends
@@ -100,6 +104,21 @@ class RunDir:
         return self.path / "failed.json"
 
     @property
+    def validation_file(self) -> Path:
+        return self.path / "validation.jsonl"
+
+    def validation_details(self, step: int) -> Path:
+        return self.path / "validation" / f"step_{step:04d}.jsonl"
+
+    @property
+    def evaluations_dir(self) -> Path:
+        return self.path / "evaluations"
+
+    @property
+    def report_dir(self) -> Path:
+        return self.path / "report"
+
+    @property
     def lock_file(self) -> Path:
         return self.path / ".lock"
 
@@ -140,24 +159,13 @@ class RunDir:
         if event not in LEDGER_EVENTS:
             raise ValueError(f"unknown ledger event {event!r}; known: {', '.join(LEDGER_EVENTS)}")
         record = {"event": event, "time": utc_now(), **fields}
-        line = json.dumps(record, sort_keys=False) + "\n"
         with self.locked():
-            fd = os.open(self.ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
+            append_jsonl(self.ledger, record)
         return record
 
     def read_ledger(self) -> list[dict[str, Any]]:
         """All records, oldest first; a torn last line (crash mid-write) is skipped."""
-        if not self.ledger.exists():
-            return []
-        records = []
-        for line in self.ledger.read_text().splitlines():
-            with contextlib.suppress(json.JSONDecodeError):
-                records.append(json.loads(line))
-        return records
+        return read_jsonl(self.ledger)
 
     # -- markers and progress -------------------------------------------------
 
@@ -173,6 +181,15 @@ class RunDir:
 
     def write_model_record(self, record: dict[str, Any]) -> None:
         write_json_atomic(self.model_record_file, record)
+
+    def read_validations(self) -> list[dict[str, Any]]:
+        """Completed validations, oldest first (a torn last line is skipped)."""
+        return read_jsonl(self.validation_file)
+
+    def record_validation(self, record: dict[str, Any], details: list[dict[str, Any]]) -> None:
+        """The per-question file first, then the record: the record is what says "done"."""
+        write_jsonl_atomic(self.validation_details(record["step"]), details)
+        append_jsonl(self.validation_file, {**record, "time": utc_now()})
 
     def read_done(self) -> dict[str, Any] | None:
         return read_json(self.done_file)
@@ -195,6 +212,44 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """JSON objects, one per line; missing file = none; a torn line is skipped."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in lines:
+        with contextlib.suppress(json.JSONDecodeError):
+            records.append(json.loads(line))
+    return records
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    """One line, one write() with O_APPEND: concurrent appenders never interleave."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def write_jsonl_atomic(path: Path, records: list[dict[str, Any]]) -> None:
+    """Write a JSONL file through a temporary file and rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.writelines(json.dumps(r) + "\n" for r in records)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o644) -> None:

@@ -77,8 +77,12 @@ class TrainerConfig:
     training_dataset_size: int | None = 2510  # None = every training scenario
     training_dataset_seed: int | None = None  # None = dataset order (ART-E); an integer shuffles
     max_messages: int = 1
-    val_set_size: int = 100  # metadata
-    eval_steps: int = 30  # metadata
+    # Validation during training (trainer/validation.py) and the checkpoints kept
+    val_set_size: int = 100  # held-out test questions validated on; 0 = no validation
+    eval_steps: int = 30  # validate every N steps (and after the last one)
+    eval_concurrency: int = 32  # questions in flight at once during a validation or evaluation
+    prune_checkpoints: bool = True  # after each validation keep only the latest, the best and every Nth
+    keep_every_steps: int = 0  # also keep every Nth step's checkpoint (0 = none)
 
     # Reward
     reward: str = "judge"
@@ -122,6 +126,8 @@ CHECKS: dict[str, Check] = {
     "max_messages": _POSITIVE,
     "val_set_size": _NON_NEGATIVE,
     "eval_steps": _POSITIVE,
+    "eval_concurrency": _POSITIVE,
+    "keep_every_steps": _NON_NEGATIVE,
     "reward": (lambda v: v in REWARDS, " or ".join(REWARDS)),
     "judge_concurrency": _POSITIVE,
     "judge_retries": _NON_NEGATIVE,

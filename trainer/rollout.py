@@ -105,6 +105,8 @@ async def rollout(
         del trajectory.metrics["answer_correct"]
     trajectory.metadata["judge_failed"] = rubric.judge_failed
     trajectory.metadata["final_answer"] = None if final_answer is None else final_answer.answer
+    # ART's metadata holds scalars: the cited message ids as one JSON list (evaluation, serving)
+    trajectory.metadata["final_sources"] = json.dumps([] if final_answer is None else list(final_answer.sources))
     return trajectory.finish()
 
 

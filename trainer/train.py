@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from trainer.judge import Judge
     from trainer.rollout import AgentConfig
     from trainer.scenarios import Scenario
+    from trainer.validation import Validator
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 EXIT_SETUP_ERROR = 2  # bad config, missing data or backend: retrying will not help
@@ -148,8 +149,13 @@ class StopRequest:
         self._event = None
 
     async def wait(self) -> None:
+        await self.event.wait()
+
+    @property
+    def event(self) -> asyncio.Event:
+        """Set when a stop is requested (valid between attach() and detach())."""
         assert self._event is not None, "attach() first"
-        await self._event.wait()
+        return self._event
 
     def ignore_from_now_on(self) -> None:
         """Once the exit code is decided, ignore further stop signals. Python resets
@@ -520,13 +526,16 @@ async def train_steps(
     config: TrainerConfig,
     paths: Paths,
     stop: StopRequest,
+    validator: "Validator | None" = None,
 ) -> int:
     """The training loop proper, from the model's current step to the end (or a stop).
 
     Numbering: ``iterate_dataset`` calls its batches 0, 1, ...; training batch
     K turns checkpoint K into checkpoint K+1. Logs and progress.json count
     steps *done*, so training batch K is "step K+1" and progress then says
-    ``step: K+1``, matching the checkpoint folder a new job resumes from."""
+    ``step: K+1``, matching the checkpoint folder a new job resumes from.
+    A validation due at checkpoint K (``trainer.validation``) runs before batch K is
+    gathered, and the last one after the last step, before ``done.json``."""
     from art.utils import iterate_dataset
 
     done = await model.get_step()
@@ -536,6 +545,8 @@ async def train_steps(
     clock = StepClock()
     batches = iterate_dataset(scenarios, config.groups_per_step, config.num_epochs, initial_step=done, use_tqdm=False)
     for batch in batches:
+        if not await validate_if_due(validator, model, done, total, stop):
+            return EXIT_STOPPED_FOR_TIME
         if stop.requested:
             log.info("stopped (%s) with %d of %d steps done", stop.signal_name, done, total)
             return EXIT_STOPPED_FOR_TIME
@@ -561,9 +572,21 @@ async def train_steps(
         write_progress(paths.run_dir, step=done, total=total, epoch=batch.epoch, stats=stats, clock=clock)
         log.info("step %d/%d done in %.0fs: reward %s, accuracy %s, judge failures %d",
                  done, total, clock.durations[-1], stats.reward_mean, stats.answer_accuracy, stats.judge_failures)
+    if not await validate_if_due(validator, model, done, total, stop):
+        return EXIT_STOPPED_FOR_TIME
     paths.run_dir.mark_done(done, total)
     log.info("training finished: %d of %d steps done", done, total)
     return 0
+
+
+async def validate_if_due(validator: "Validator | None", model: "art.TrainableModel", step: int, total: int,
+                          stop: StopRequest) -> bool:
+    """Run the validation owed at ``step``, if any; False when a stop request cut it short."""
+    if validator is None or not validator.due(step, total):
+        return True
+    if stop.requested:
+        return False
+    return await validator.validate(model, step, stop.event) is not None
 
 
 async def train(config: TrainerConfig, paths: Paths, stop: StopRequest) -> int:
@@ -595,7 +618,8 @@ async def train(config: TrainerConfig, paths: Paths, stop: StopRequest) -> int:
             await register(model, backend)
             log.info("registered: inference at %s as %s", model.inference_base_url, model.inference_model_name)
             rollouts = make_rollouts(config, paths, db)
-            return await train_steps(model, backend, scenarios, rollouts, config, paths, stop)
+            validator = make_validator(config, paths, db, rollouts)
+            return await train_steps(model, backend, scenarios, rollouts, config, paths, stop, validator)
     finally:
         stop.detach()
 
@@ -635,6 +659,20 @@ def make_rollouts(config: TrainerConfig, paths: Paths, db: "EmailDB") -> Rollout
         max_rollout_exceptions=config.max_rollout_exceptions,
         ruler_judge_model=ruler_judge(config),
     )
+
+
+def make_validator(config: TrainerConfig, paths: Paths, db: "EmailDB", rollouts: Rollouts) -> "Validator | None":
+    """Validation with the training loop's own agent; its judge even when training uses RULER
+    (validation reports answer accuracy). None when val_set_size is 0."""
+    from trainer.judge import Judge
+    from trainer.validation import Validator, validation_scenarios
+
+    scenarios = validation_scenarios(config, paths.data_dir)
+    if not scenarios:
+        return None
+    judge = rollouts.judge or Judge.from_env(paths.judge_cache, config.judge_concurrency, config.judge_retries)
+    return Validator(paths.run_dir, paths.model_dir, scenarios, db, judge, rollouts.agent, config.eval_steps,
+                     config.eval_concurrency, config.keep_every_steps, config.prune_checkpoints)
 
 
 def answer_judge(config: TrainerConfig, paths: Paths) -> "Judge | None":

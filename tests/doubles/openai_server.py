@@ -14,6 +14,8 @@ without ``/v1``) and answers from a script:
 
 Every request is recorded (``requests``), and ``max_in_flight`` tells the most
 requests that were being served at once (with ``Reply.delay`` to hold them).
+``GET /health`` and ``GET /v1/models`` answer as vLLM's server does (``served``
+names the models; a dict script's keys by default), for readiness checks.
 
     with OpenAIServer([tool_call("search_emails", {"keywords": ["x"]}), text("done")]) as server:
         client = AsyncOpenAI(base_url=server.base_url, api_key="test")
@@ -103,14 +105,15 @@ class _State:
     positions: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     ids: Any = field(default_factory=itertools.count)
+    served: tuple[str, ...] = ()  # what GET /v1/models lists
 
 
 class OpenAIServer:
     """A scripted OpenAI-compatible endpoint; use as a context manager (or start()/stop())."""
 
-    def __init__(self, script: Script) -> None:
-        self._state = _State(script=script)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self._state))
+    def __init__(self, script: Script, port: int = 0, served: tuple[str, ...] = ()) -> None:
+        self._state = _State(script=script, served=served or (tuple(script) if isinstance(script, dict) else ()))
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self._state))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="openai-double", daemon=True
@@ -160,6 +163,14 @@ def _handler_for(state: _State) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:  # keep pytest output clean
             return
+
+        def do_GET(self) -> None:  # noqa: N802 - vLLM's /health and /v1/models, for readiness checks
+            path = self.path.split("?")[0]
+            if path == "/health":
+                return self._send(200, {})
+            if path in ("/v1/models", "/models"):
+                return self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in state.served]})
+            return self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
         def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
             length = int(self.headers.get("Content-Length") or 0)

@@ -56,7 +56,8 @@ CONFIG = "smoke"
 JUDGE_MODEL = "judge-model"
 SCENARIOS = 6  # 3 steps of 2 groups x 2 rollouts
 OVERRIDES = ["backend=tests.doubles.art_backend:FakeBackend", f"training_dataset_size={SCENARIOS}",
-             "groups_per_step=2", "trajectories_per_group=2", "num_epochs=1", "judge_retries=0"]
+             "groups_per_step=2", "trajectories_per_group=2", "num_epochs=1", "judge_retries=0",
+             "val_set_size=0"]  # validation has tests of its own (test_validation.py)
 TOTAL = 3
 PROGRESS_KEYS = {"step", "total_steps", "epoch", "reward_mean", "answer_accuracy", "judge_failures",
                  "seconds_per_step", "eta_seconds"}
