@@ -14,6 +14,7 @@ Layout of ``<runs_dir>/<job_name>/``::
     model.json              the model folder this run owns (and --init_from's source); hpc/ownership.py
     logs/<job>-<id>.out     Slurm stdout/stderr (``%x-%j``), appended across requeues
     progress.json           written by the trainer after every step (atomic rename)
+    steps.jsonl             one record per trained step (times, reward, spread, job id): reports, accounting
     validation.jsonl        one record per completed validation (step, summary); trainer/validation.py
     validation/step_NNNN.jsonl   that validation's per-question records
     evaluations/<split>/<model>/  records.jsonl + summary.json of `python -m trainer.eval`
@@ -181,6 +182,18 @@ class RunDir:
 
     def write_model_record(self, record: dict[str, Any]) -> None:
         write_json_atomic(self.model_record_file, record)
+
+    @property
+    def steps_file(self) -> Path:
+        return self.path / "steps.jsonl"
+
+    def append_step(self, record: dict[str, Any]) -> None:
+        """One trained step, with the job that trained it (the job's id is in its environment)."""
+        append_jsonl(self.steps_file, {**record, "job_id": os.environ.get("SLURM_JOB_ID", "local"),
+                                       "ended": utc_now()})
+
+    def read_steps(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.steps_file)
 
     def read_validations(self) -> list[dict[str, Any]]:
         """Completed validations, oldest first (a torn last line is skipped)."""

@@ -281,6 +281,16 @@ def checkpoint_text(records: list[dict]) -> str:
     return "-" if latest is None else str(latest.step)
 
 
+def validation_text(run_dir: RunDir) -> str:
+    """The latest validation's accuracy and step, and the best step (the checkpoint pruning keeps)."""
+    validations = run_dir.read_validations()
+    if not validations:
+        return "-"
+    latest = validations[-1]
+    best = max(validations, key=lambda v: (v.get("accuracy", 0), v.get("step", 0)))
+    return f"{100 * latest['accuracy']:.0f}%@{latest['step']} best@{best['step']}"
+
+
 def cancelled_by_user(records: list[dict]) -> bool:
     """The run's latest job was scancel'ed and nothing was submitted since (a
     `cancelled` record is the end hook's; a launch resumes the run)."""
@@ -306,8 +316,8 @@ def run_row(run_dir: RunDir, job: str, state: str, records: list[dict]) -> list[
     reward = progress.get("reward_mean")
     reward_text = f"{reward:.3f}" if isinstance(reward, (int, float)) and not isinstance(reward, bool) else "-"
     eta = "-" if result != "-" else duration(progress.get("eta_seconds"))
-    return [run_dir.name, job or "-", state or "-", step_text, checkpoint_text(records), reward_text, eta,
-            continuations(records), result]
+    return [run_dir.name, job or "-", state or "-", step_text, checkpoint_text(records), reward_text,
+            validation_text(run_dir), eta, continuations(records), result]
 
 
 def runs_view(user: str, runs_dir: Path, only: str) -> None:
@@ -322,7 +332,7 @@ def runs_view(user: str, runs_dir: Path, only: str) -> None:
     states = job_states({job for job in chosen.values() if job}, active)
     rows = [run_row(r, chosen[r.path], states.get(chosen[r.path], ""), records[r.path]) for r in runs]
     print(f"Runs under {runs_dir}:")
-    headers = ["RUN", "JOB", "STATE", "STEP", "CKPT", "REWARD", "ETA", "CONT", "RESULT"]
+    headers = ["RUN", "JOB", "STATE", "STEP", "CKPT", "REWARD", "VAL", "ETA", "CONT", "RESULT"]
     for line in table(headers, rows):
         print(line)
 

@@ -16,7 +16,9 @@ them one line per run under the runs directory:
   JOB     the run's running job, else its latest one, and STATE its state
   STEP    training step/total from the trainer's progress.json
   CKPT    latest complete checkpoint: the step the next job resumes from
-  REWARD  reward mean of the latest step; ETA from the trainer's estimate
+  REWARD  reward mean of the latest step
+  VAL     latest validation accuracy @ its step, and the best step (kept when pruning)
+  ETA     from the trainer's estimate
   CONT    continuations so far (requeues + resubmissions)
   RESULT  finished, failed: <reason>, cancelled (scancel'ed; launch again to
           resume), or - while training

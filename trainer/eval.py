@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import logging
 import os
 import re
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from hpc.checkpoints import is_complete, latest_complete, list_checkpoints
 from hpc.rundir import RunDir, read_json, utc_now, write_json_atomic, write_jsonl_atomic
 from trainer.config import ConfigError, TrainerConfig, load_config
+from trainer.evaluation import split_key
 from trainer.policy import PolicyError, PolicySpec, open_policy, parse_policy
 
 if TYPE_CHECKING:
@@ -69,12 +69,6 @@ class EvalPlan:
 
 
 # -- where things are --------------------------------------------------------------------
-
-
-def split_key(split: str, scenarios: list["Scenario"]) -> str:
-    """Names the exact questions: the same key means the same questions in the same order."""
-    ids = hashlib.sha1(",".join(str(s.id) for s in scenarios).encode()).hexdigest()[:8]
-    return f"{split}-{len(scenarios)}-{ids}"
 
 
 def slug(label: str) -> str:

@@ -16,6 +16,7 @@ questions in flight and returns None: a partial evaluation is never recorded.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -111,6 +112,13 @@ async def evaluate(policy: Any, scenarios: list["Scenario"], *, db: "EmailDB", j
         for task in (*tasks, everything, *([stopped] if stopped else [])):
             task.cancel()
         await asyncio.gather(*tasks, everything, return_exceptions=True)
+
+
+def split_key(split: str, scenarios: list["Scenario"]) -> str:
+    """Names the exact questions: the same key means the same questions in the same order, so
+    validations and evaluations with the same key are comparable."""
+    ids = hashlib.sha1(",".join(str(s.id) for s in scenarios).encode()).hexdigest()[:8]
+    return f"{split}-{len(scenarios)}-{ids}"
 
 
 def summarize(results: list[QuestionResult]) -> dict[str, Any]:

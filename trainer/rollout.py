@@ -136,7 +136,7 @@ async def next_move(model: "art.Model", trajectory: "art.Trajectory", config: Ag
     """Ask the policy for its next turn; count the tokens it cost."""
     request: dict[str, Any] = {
         "model": model.get_inference_name(),
-        "messages": trajectory.messages(),
+        "messages": request_messages(trajectory),
         "max_completion_tokens": config.max_tokens,
         "temperature": config.temperature,
     }
@@ -149,6 +149,25 @@ async def next_move(model: "art.Model", trajectory: "art.Trajectory", config: Ag
     if not response.choices:
         raise ValueError(f"the policy model returned no choices (response id {response.id})")
     return response.choices[0]
+
+
+def request_messages(trajectory: "art.Trajectory") -> list[dict[str, Any]]:
+    """The conversation so far as chat messages: what ``trajectory.messages()`` gives, built
+    directly. ART 0.5.23 builds a pydantic TypeAdapter for every assistant message on every
+    call, which made the loop's own CPU time grow with the square of the turns (half of an
+    evaluation's time at 32 questions in flight: bench/eval_throughput.py)."""
+    from openai.types.chat.chat_completion import Choice
+
+    messages = []
+    for item in trajectory.messages_and_choices:
+        if isinstance(item, Choice):
+            message: dict[str, Any] = {"role": "assistant", "content": item.message.content or ""}
+            if item.message.tool_calls:
+                message["tool_calls"] = [call.model_dump(mode="json") for call in item.message.tool_calls]
+            messages.append(message)
+        else:
+            messages.append({**item, "content": item.get("content") or ""})
+    return messages
 
 
 def requested_calls(choice: "Choice", tool_calling: bool) -> list[RequestedCall] | None:

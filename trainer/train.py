@@ -50,17 +50,17 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable
 
 from hpc.checkpoints import model_dir as art_model_dir
 from hpc.checkpoints import quarantine_incomplete
-from hpc.rundir import EXIT_STOPPED_FOR_TIME, RunDir
+from hpc.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now
 from hpc.vllm_runtime import job_runtime_env
 from trainer.config import ConfigError, TrainerConfig, known_configs, load_config, one_line, vllm_share
-from trainer.training_step import Objective, TrainedNothing, train_and_log
+from trainer.training_step import Objective, TrainedNothing, reward_spread, train_and_log
 
 if TYPE_CHECKING:
     import art
@@ -434,6 +434,7 @@ class StepStats:
     reward_mean: float | None
     answer_accuracy: float | None
     judge_failures: int
+    reward_spread: float | None = None  # mean within-group reward std: 0 means GRPO has nothing to learn
 
 
 def step_stats(groups: Iterable["art.TrajectoryGroup"]) -> StepStats:
@@ -447,6 +448,7 @@ def step_stats(groups: Iterable["art.TrajectoryGroup"]) -> StepStats:
         reward_mean=mean(rewards),
         answer_accuracy=mean(answers),
         judge_failures=int(sum(float(t.metrics.get("judge_failed", 0)) for t in trajectories)),
+        reward_spread=mean([reward_spread(group) for group in groups]),
     )
 
 
@@ -551,9 +553,10 @@ async def train_steps(
             log.info("stopped (%s) with %d of %d steps done", stop.signal_name, done, total)
             return EXIT_STOPPED_FOR_TIME
         number = batch.step + 1
-        began = time.monotonic()
+        began, started_at = time.monotonic(), utc_now()
         log.info("step %d/%d (epoch %d): rollouts on %d scenarios", number, total, batch.epoch, len(batch.items))
         groups = await gather_step(model, batch, rollouts, stop)
+        gathered = time.monotonic()
         if groups is None:
             log.info("stopped (%s) with %d of %d steps done; step %d will be redone", stop.signal_name, done,
                      total, number)
@@ -570,6 +573,8 @@ async def train_steps(
                              "checkpoints and data order no longer match")
         clock.add(time.monotonic() - began)
         write_progress(paths.run_dir, step=done, total=total, epoch=batch.epoch, stats=stats, clock=clock)
+        paths.run_dir.append_step({"step": done, "started": started_at, "seconds": round(clock.durations[-1], 3),
+                                   "rollout_seconds": round(gathered - began, 3), **asdict(stats)})
         log.info("step %d/%d done in %.0fs: reward %s, accuracy %s, judge failures %d",
                  done, total, clock.durations[-1], stats.reward_mean, stats.answer_accuracy, stats.judge_failures)
     if not await validate_if_due(validator, model, done, total, stop):

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from hpc import ownership
 from hpc.checkpoints import prune
 from hpc.rundir import RunDir
-from trainer.evaluation import evaluate, records, summarize
+from trainer.evaluation import evaluate, records, split_key, summarize
 
 if TYPE_CHECKING:
     import art
@@ -93,7 +93,8 @@ class Validator:
         if results is None:
             log.info("validation at step %d abandoned (stop requested); the next job runs it", step)
             return None
-        summary = {"step": step, **summarize(results), "model": model.get_inference_name()}
+        summary = {"step": step, **summarize(results), "model": model.get_inference_name(),
+                   "split_key": split_key("test", self.scenarios), "judge_model": self.judge.model}
         self.run.record_validation(summary, records(results))
         await model.log(metrics={k: float(v) for k, v in summary.items() if isinstance(v, (int, float))
                                  and k != "step"}, split="val", step=step)

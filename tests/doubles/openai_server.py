@@ -108,12 +108,19 @@ class _State:
     served: tuple[str, ...] = ()  # what GET /v1/models lists
 
 
+class _Server(ThreadingHTTPServer):
+    """A listen backlog for many clients at once (the default 5 drops connects, which then
+    wait a second for a SYN retry: a latency no model server has)."""
+
+    request_queue_size = 256
+
+
 class OpenAIServer:
     """A scripted OpenAI-compatible endpoint; use as a context manager (or start()/stop())."""
 
     def __init__(self, script: Script, port: int = 0, served: tuple[str, ...] = ()) -> None:
         self._state = _State(script=script, served=served or (tuple(script) if isinstance(script, dict) else ()))
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self._state))
+        self._httpd = _Server(("127.0.0.1", port), _handler_for(self._state))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="openai-double", daemon=True

@@ -166,7 +166,15 @@ def test_unreadable_markers_and_torn_ledgers_do_not_break_a_row(tmp_path):
     run.progress_file.write_text("[1, 2]")
     os.mkdir(run.done_file)  # a directory where a file should be
     row = monitor.run_row(run, "9", "RUNNING", monitor.ledger(run))
-    assert row == ["r", "9", "RUNNING", "-", "-", "-", "-", 1, "-"]
+    assert row == ["r", "9", "RUNNING", "-", "-", "-", "-", "-", 1, "-"]
+
+
+def test_the_validation_column_shows_the_latest_accuracy_and_the_best_step(tmp_path):
+    run = RunDir(tmp_path / "r")
+    for step, accuracy in ((0, 0.4), (30, 0.9), (60, 0.85)):
+        run.record_validation({"step": step, "accuracy": accuracy}, [])
+    assert monitor.validation_text(run) == "85%@60 best@30"
+    assert monitor.validation_text(RunDir(tmp_path / "none")) == "-"
 
 
 def test_monitor_refuses_unknown_commands_with_exit_2(capsys):

@@ -222,11 +222,11 @@ def test_status_lists_the_queue_and_one_line_per_run(tmp_path):
     assert _row(queue, "102") == ["102", "PENDING", "Dependency", "0:00/2-00:00:00", "1", "-", "r-train"]
     assert _row(queue, "103")[-1] == "odd 'name' |x\\nline2"
     assert table.startswith(f"Runs under {runs}:\nRUN ")
-    assert _row(table, "r-train") == ["r-train", "101", "RUNNING", "212/628", "-", "0.830", "1d11h", "2", "-"]
-    assert _row(table, "r-done") == ["r-done", "90", "COMPLETED", "10/10", "-", "-", "-", "0", "finished"]
+    assert _row(table, "r-train") == ["r-train", "101", "RUNNING", "212/628", "-", "0.830", "-", "1d11h", "2", "-"]
+    assert _row(table, "r-done") == ["r-done", "90", "COMPLETED", "10/10", "-", "-", "-", "-", "0", "finished"]
     assert _row(table, "r-failed")[-1] == "failed: 2 failed job(s) in a row without progress"
-    assert _row(table, "r-failed")[6] == "-"  # no ETA for a run that is over
-    assert _row(table, "r-stopped") == ["r-stopped", "60", "CANCELLED", "4/10", "-", "-", "-", "0",
+    assert _row(table, "r-failed")[7] == "-"  # no ETA for a run that is over
+    assert _row(table, "r-stopped") == ["r-stopped", "60", "CANCELLED", "4/10", "-", "-", "-", "-", "0",
                                         "cancelled (launch again to resume)"]
     assert "20261101T000000Z" not in table
     squeue_calls = [c for c in calls(tmp_path / "fake") if c[0] == "squeue"]
@@ -467,7 +467,7 @@ def test_status_shows_a_launched_runs_step_checkpoint_and_result(ended_jobs):
     result = run_script("status.sh", "--runs_dir", str(ended_jobs["runs"]), "--run", name)
     assert result.returncode == 0, result.stderr
     table = result.stdout.split("\n\n", 1)[1]
-    assert _row(table, name) == [name, ended_jobs["jobs"]["launched"], "COMPLETED", "2/2", "2", "-", "-", "0",
+    assert _row(table, name) == [name, ended_jobs["jobs"]["launched"], "COMPLETED", "2/2", "2", "-", "-", "-", "0",
                                  "finished"]
 
 
@@ -490,7 +490,7 @@ def test_status_shows_a_queued_job_and_its_runs_progress(slurm, tmp_path):
         job, state, reason, elapsed, nodes, nodelist, job_name = _row(queue, jobs[0])
         assert job_name == run.name and nodes == "1" and re.fullmatch(r"\d+:\d\d/5:00", elapsed)
         assert (state, reason) == ("RUNNING", "-") and re.fullmatch(r"n\d+", nodelist)
-        assert _row(table, run.name) == [run.name, jobs[0], "RUNNING", "212/628", "-", "0.830", "1d11h", "1", "-"]
+        assert _row(table, run.name) == [run.name, jobs[0], "RUNNING", "212/628", "-", "0.830", "-", "1d11h", "1", "-"]
     finally:
         cancel(jobs)
 

@@ -300,8 +300,9 @@ def test_a_backend_that_copies_checkpoints_forward_without_training_fails_the_ru
     run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ART_FAKE_SKIP_TRAINING", "1")  # what ART does with no usable logprobs
+    one_group = [*OVERRIDES, "groups_per_step=1", "trajectories_per_group=4"]  # the judge alternates within it
     with pytest.raises(TrainedNothing, match="step 1: the backend trained on 0 groups"):
-        train_in_process()
+        train_in_process(overrides=one_group)
     assert run.run_dir.read_progress() is None, "a step that trained nothing is not progress"
 
 
