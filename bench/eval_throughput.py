@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import math
+import random
 import subprocess
 import sys
 import tempfile
@@ -56,14 +57,18 @@ def stage(data_dir: Path, questions: int) -> None:
     prepare(data_dir, str(FIXTURE / "emails.jsonl"), str(path), show_progress=False)
 
 
-def agent(turn_seconds: float):
-    """Search first, answer second, each model turn taking ``turn_seconds``; the judge accepts."""
+def agent(turn_seconds: float, jitter: float = 0.0):
+    """Search first, answer second, each model turn taking ``turn_seconds`` (times a uniform
+    factor in 1 +- ``jitter``, seeded); the judge accepts at once."""
+    draw = random.Random(0)
+
     def respond(body: dict) -> Reply:
         if body.get("model") == "judge":
             return text(json.dumps({"thinking": "bench", "accept": True}))
+        delay = turn_seconds * draw.uniform(1 - jitter, 1 + jitter)
         if body["messages"][-1]["role"] == "user":
-            return tool_call("search_emails", {"keywords": ["meeting"]}, delay=turn_seconds)
-        return tool_call("return_final_answer", {"answer": "bench", "sources": []}, delay=turn_seconds)
+            return tool_call("search_emails", {"keywords": ["meeting"]}, delay=delay)
+        return tool_call("return_final_answer", {"answer": "bench", "sources": []}, delay=delay)
 
     return respond
 
@@ -86,19 +91,20 @@ async def timed(base_url: str, data_dir: Path, concurrency: int, limit: int | No
     return elapsed, summarize(results or [])
 
 
-def serve(port: int, turn_seconds: float) -> None:
+def serve(port: int, turn_seconds: float, jitter: float) -> None:
     """The scripted model and judge, in a process of their own (as a model server is)."""
-    with OpenAIServer(agent(turn_seconds), port=port):
+    with OpenAIServer(agent(turn_seconds, jitter), port=port):
         print("ready", flush=True)
         time.sleep(3600)
 
 
 @contextlib.contextmanager
-def model_server(turn_seconds: float) -> Iterator[str]:
+def model_server(turn_seconds: float, jitter: float = 0.0) -> Iterator[str]:
     from trainer.vllm_server import free_port
 
     port = free_port()
-    child = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--turn_ms", str(turn_seconds * 1000)],
+    child = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--turn_ms", str(turn_seconds * 1000),
+                              "--jitter", str(jitter)],
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
@@ -115,10 +121,11 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=load_config("agent_008").eval_concurrency,
                         help="default: agent_008's eval_concurrency")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--jitter", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     turn = args.turn_ms / 1000
     if args.serve is not None:
-        serve(args.serve, turn)
+        serve(args.serve, turn, args.jitter)
         return 0
     with tempfile.TemporaryDirectory() as tmp, model_server(turn) as base_url:
         stage(Path(tmp), args.questions)

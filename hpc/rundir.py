@@ -19,6 +19,7 @@ Layout of ``<runs_dir>/<job_name>/``::
     validation/step_NNNN.jsonl   that validation's per-question records
     evaluations/<split>/<model>/  records.jsonl + summary.json of `python -m trainer.eval`
     report/                 `python -m hpc.report`: report.md and its PNG figures
+    serve/                  a serve job's address.json (where it listens), token (0600), vllm.log
     done.json               written once when all training steps are finished
     failed.json             written when the run is given up (crash guard)
     .lock                   flock target serialising launches and ledger appends
@@ -118,6 +119,10 @@ class RunDir:
     @property
     def report_dir(self) -> Path:
         return self.path / "report"
+
+    @property
+    def serve_dir(self) -> Path:
+        return self.path / "serve"
 
     @property
     def lock_file(self) -> Path:

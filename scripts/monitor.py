@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -38,6 +39,7 @@ sys.path.insert(0, str(REPO))  # `python -I` adds neither the cwd nor PYTHONPATH
 from hpc.checkpoints import latest_complete  # noqa: E402
 from hpc.continuation import continuations  # noqa: E402
 from hpc.rundir import RunDir  # noqa: E402
+from hpc.serving import address_of, ssh_line  # noqa: E402
 
 PROG = os.environ.get("HPC_PROG") or "monitor.py"
 FS, RS = "\x1f", "\x1e"  # ASCII unit and record separators: no job name or path holds them
@@ -335,6 +337,29 @@ def runs_view(user: str, runs_dir: Path, only: str) -> None:
     headers = ["RUN", "JOB", "STATE", "STEP", "CKPT", "REWARD", "VAL", "ETA", "CONT", "RESULT"]
     for line in table(headers, rows):
         print(line)
+    for run_dir in runs:
+        if states.get(chosen[run_dir.path]) == "RUNNING":
+            print_service(run_dir)
+
+
+def print_service(run_dir: RunDir) -> None:
+    """A running serve job's address, and the ssh line that reaches it from a laptop."""
+    address = address_of(run_dir)
+    if address is None:
+        return
+    print(f"\n{printable(run_dir.name)} serves {printable(address.get('model'))} on "
+          f"{printable(address.get('node'))}:{address.get('port')}; from a laptop:")
+    print(f"  {printable(ssh_line(address, login_host()))}")
+
+
+def login_host() -> str:
+    """The cluster's login host (hpc/clusters.yaml), else this machine's name."""
+    try:
+        from hpc.clusters import load_registry
+
+        return load_registry().detect().cluster.login_host or socket.getfqdn()
+    except Exception:  # noqa: BLE001 - a hint line must never break the status view
+        return socket.getfqdn()
 
 
 # --- log paths ---------------------------------------------------------------------------

@@ -331,6 +331,13 @@ class EmailDB:
         with self._lock:
             return self._conn.execute("SELECT count(*) FROM emails").fetchone()[0]
 
+    def has_inbox(self, address: str) -> bool:
+        """Whether any email was sent by or to ``address`` (the serving API's unknown-inbox check)."""
+        with self._lock:
+            return self._conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM emails WHERE from_address = ?1) "
+                "OR EXISTS (SELECT 1 FROM recipients WHERE recipient_address = ?1)", (address,)).fetchone()[0] == 1
+
     def search(
         self,
         *,
