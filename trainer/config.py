@@ -76,6 +76,9 @@ class TrainerConfig:
     # Data
     training_dataset_size: int | None = 2510  # None = every training scenario
     training_dataset_seed: int | None = None  # None = dataset order (ART-E); an integer shuffles
+    # A replicate's seed (a sweep over seed=1,2,3): shuffles the training scenarios with it, as
+    # ART-E's seed sweeps did with training_dataset_seed; None keeps training_dataset_seed's order.
+    seed: int | None = None
     max_messages: int = 1
     # Validation during training (trainer/validation.py) and the checkpoints kept
     val_set_size: int = 100  # held-out test questions validated on; 0 = no validation
@@ -99,6 +102,11 @@ class TrainerConfig:
     # trainer_gpu_ids / inference_gpu_ids), no swap each step, two GPUs per run; auto: the
     # cluster's default (hpc/clusters.yaml gpu_mode), which the launcher passes on.
     gpu_mode: str = "auto"
+
+
+def shuffle_seed(config: "TrainerConfig") -> int | None:
+    """The seed the training scenarios are shuffled with (None: the dataset's own order)."""
+    return config.seed if config.seed is not None else config.training_dataset_seed
 
 
 def vllm_share(config: "TrainerConfig", gpu_mode: str) -> float:

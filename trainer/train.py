@@ -59,7 +59,7 @@ from hpc.checkpoints import model_dir as art_model_dir
 from hpc.checkpoints import quarantine_incomplete
 from hpc.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now
 from hpc.vllm_runtime import job_runtime_env
-from trainer.config import ConfigError, TrainerConfig, known_configs, load_config, one_line, vllm_share
+from trainer.config import ConfigError, TrainerConfig, known_configs, load_config, one_line, shuffle_seed, vllm_share
 from trainer.training_step import Objective, TrainedNothing, reward_spread, train_and_log
 
 if TYPE_CHECKING:
@@ -472,8 +472,8 @@ def load_training_scenarios(config: TrainerConfig, data_dir: Path) -> list["Scen
         "train",
         limit=config.training_dataset_size,
         max_messages=config.max_messages,
-        shuffle=config.training_dataset_seed is not None,  # None: the dataset's own order, as ART-E
-        seed=config.training_dataset_seed or 0,
+        shuffle=shuffle_seed(config) is not None,  # None: the dataset's own order, as ART-E
+        seed=shuffle_seed(config) or 0,
     )
     if not scenarios:
         raise SetupError(f"no training scenarios in {data_dir} (max_messages={config.max_messages}); "
