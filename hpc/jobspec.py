@@ -26,6 +26,7 @@ from hpc.timelimit import format_minutes, parse_time_limit
 
 if TYPE_CHECKING:
     from hpc.init_from import Source
+    from hpc.judge_serve import JudgeServe
     from trainer.config import TrainerConfig
 
 REPO_DIR = Path(__file__).resolve().parent.parent
@@ -36,7 +37,8 @@ CONTINUATION_MODES = ("auto", "requeue", "afterany")
 DEFAULT_RAY_JOIN_TIMEOUT = 300  # seconds; HPC_RAY_JOIN_TIMEOUT in the dotenv or --env overrides
 DEFAULT_SIGNAL_GRACE = 300  # seconds: time to finish the step in flight and save its checkpoint
 
-JOB_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# '=' and '+' appear in sweep runs' names (lr_sweep.learning_rate=2e-5.seed=1; hpc/sweeps.py).
+JOB_NAME_RE = re.compile(r"[A-Za-z0-9._=+-]{1,64}")
 MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 TRAIN_ARG_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 MEM_RE = re.compile(r"[0-9]+[KMGT]?")
@@ -53,6 +55,21 @@ class Continuation:
     max_resubmits: int
     max_failures: int
     chain: int  # jobs pre-submitted at launch (1 unless --chain)
+
+
+@dataclass(frozen=True)
+class PackMember:
+    run_dir: str
+    script: str
+
+
+@dataclass(frozen=True)
+class Pack:
+    """The runs a pack job runs (sbatch/_pack_control.sh.j2)."""
+
+    sweep: str
+    members: tuple[PackMember, ...]
+    gpus_per_run: int
 
 
 @dataclass
@@ -85,6 +102,10 @@ class JobSpec:
     vllm_runtime: str = ""  # which vLLM runtime the job will use (hpc/vllm_runtime.py), for the dry run
     tunnel: Tunnel | None = None  # outbound SSH tunnel (clusters whose compute nodes have no internet)
     ray_join_timeout: int = DEFAULT_RAY_JOIN_TIMEOUT  # seconds a multi-node job waits for all Ray nodes
+    judge: "JudgeServe | None" = None  # a judge served in the job (hpc/judge_serve.py)
+    gpu_line: str = ""  # GPUs charged and used, and which does what (hpc/packing.py), for the dry run
+    packed: bool = False  # this run's script is run by a pack job's script (hpc/pack.py)
+    pack: "Pack | None" = None  # this job is a pack: several runs, each with its own script
 
     @property
     def cluster(self) -> Cluster:
@@ -124,7 +145,11 @@ class JobSpec:
             "repo_dir": str(REPO_DIR),
             "venv_activate": str(Path(sys.prefix) / "bin" / "activate"),
             "run_dir": str(self.run_dir.path),
-            "model_dir": str(self.model_dir),
+            "model_dir": "" if self.pack else str(self.model_dir),
+            "judge": self.judge,
+            "judge_dir": str(self.run_dir.judge_dir),
+            "packed": self.packed,
+            "pack": self.pack,
             "script_path": str(self.script_path),
             "secrets_file": str(self.run_dir.secrets_file),
             "log_pattern_out": str(logs / "%x-%j.out"),
@@ -143,7 +168,7 @@ def new_launch_id() -> str:
 def check_job_name(name: str) -> str:
     if not JOB_NAME_RE.fullmatch(name) or set(name) == {"."}:
         raise UsageError(
-            f"invalid --job_name {name!r}: use 1-64 characters from A-Z a-z 0-9 . _ - (not only dots)"
+            f"invalid --job_name {name!r}: use 1-64 characters from A-Z a-z 0-9 . _ = + - (not only dots)"
         )
     return name
 

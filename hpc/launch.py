@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpc.checkpoints import latest_complete, model_dir
-from hpc.clusters import Registry, load_registry
-from hpc import init_from, ownership, vllm_runtime
-from hpc.envfiles import MergedEnv, merge_layers, redact_argv
+from hpc.clusters import Cluster, Registry, load_registry
+from hpc import init_from, ownership, packing, vllm_runtime
+from hpc.envfiles import EnvLayer, MergedEnv, merge_layers, redact_argv
 from hpc.errors import UsageError
 from hpc.jobspec import (
     CONTINUATION_MODES,
@@ -51,6 +51,7 @@ from hpc.jobspec import (
     trainer_config,
 )
 from hpc.gpus import plan_gpus
+from hpc.judge_serve import JudgeServe, judge_serve
 from hpc.network import tunnel_for
 from hpc.render import render
 from hpc.rundir import RunDir
@@ -89,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
     )
     job = p.add_argument_group("job")
-    job.add_argument("--job_name", required=True, help="run name: [A-Za-z0-9._-]{1,64}; also the run directory")
+    job.add_argument("--job_name", required=True,
+                     help="run name: [A-Za-z0-9._=+-]{1,64}; also the run directory (a sweep's name with --sweep)")
     job.add_argument("--time_limit", required=True,
                      help="wall time per job (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS), at most the cluster's maximum")
     job.add_argument("--cluster", default=None, help="cluster name; default: detected from the hostname (HPC_HOSTNAME overrides it)")
@@ -109,6 +111,18 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("--sbatch_arg", action="append", default=[], metavar="OPTION",
                      help="extra raw #SBATCH line, e.g. --mail-type=END (repeatable; default: none)")
     res.add_argument("--ray_port", type=int, default=None, help="Ray head port for multi-node jobs; default: the cluster's")
+    res.add_argument("--judge_serve", default=None, metavar="MODEL",
+                     help="serve this open model as the judge inside the job, on the node's spare GPUs "
+                          "(clusters without a judge API); default: JUDGE_SERVE_MODEL from dotenv, else none")
+    res.add_argument("--judge_gpus", type=int, default=None,
+                     help="GPUs of the served judge; default: JUDGE_SERVE_GPUS from dotenv, else 1")
+    sweep = p.add_argument_group("sweeps (one run per combination; hpc/sweeps.py)")
+    sweep.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,...",
+                       help="sweep a trainer config key over values (repeatable: every combination; default: none)")
+    sweep.add_argument("--sweep_file", default=None, metavar="YAML",
+                       help="the sweep as a YAML mapping of key to values, instead of or beside --sweep; default: none")
+    sweep.add_argument("--pack", default="auto", metavar="auto|off|N",
+                       help="runs of a sweep per job, each on its own GPUs: auto packs where nodes are charged whole")
     work = p.add_argument_group("workload")
     work.add_argument("--config", default=DEFAULT_CONFIG, help="trainer config under trainer/configs/")
     work.add_argument("--train_arg", action="append", default=[], metavar="KEY=VALUE",
@@ -158,10 +172,11 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
     outer = outer_env(cluster, job_name)
     runs_dir = resolve_runs_dir(args.runs_dir, layers, outer)
     run_dir = RunDir(runs_dir / job_name)
-    env = merge_layers(layers, {**outer, "HPC_RUN_DIR": str(run_dir.path)})
+    env, judge = job_env(args, layers, {**outer, "HPC_RUN_DIR": str(run_dir.path)}, cluster, num_nodes)
     art_path = env.get("ART_PATH") or str(run_dir.path / "art")
     trainer = trainer_config(config, train_args, args.entrypoint)
     gpus = plan_gpus(args.gpus_per_node, cluster, trainer if args.entrypoint == DEFAULT_ENTRYPOINT else None)
+    use = gpu_use(cluster, gpus.gpus_per_node, judge)
     account = args.account or env.get(cluster.account_var) or None
 
     return JobSpec(
@@ -172,7 +187,7 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
         account=check_slurm_word("--account", account),
         qos=check_slurm_word("--qos", args.qos),
         num_nodes=num_nodes,
-        gpus_per_node=gpus.gpus_per_node,
+        gpus_per_node=use.requested,
         cpus_per_task=cpus,
         mem=check_mem(args.mem),
         constraint=check_slurm_word("--constraint", args.constraint),
@@ -192,7 +207,30 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
         init_from=init_from.find_source(runs_dir, args.init_from) if args.init_from else None,
         tunnel=tunnel_for(cluster, env),
         ray_join_timeout=check_ray_join_timeout(env),
+        judge=judge.placed(gpus.gpus_per_node) if judge else None,
+        gpu_line=packing.describe(use, [job_name]),
     )
+
+
+def job_env(args: argparse.Namespace, layers: list[EnvLayer], outer: dict[str, str], cluster: Cluster,
+            num_nodes: int) -> tuple[MergedEnv, JudgeServe | None]:
+    """The merged environment, with a served judge's address when the job serves one."""
+    env = merge_layers(layers, outer)
+    judge = judge_serve(args.judge_serve, args.judge_gpus, env, cluster.gpus_per_node)
+    if judge is None:
+        return env, None
+    if num_nodes > 1:
+        raise UsageError("--judge_serve runs on one node: use it with --num_nodes 1, or JUDGE_API_BASE")
+    return merge_layers([*layers, judge.env_layer()], outer), judge
+
+
+def gpu_use(cluster: Cluster, gpus_per_run: int, judge: JudgeServe | None) -> packing.GpuUse:
+    """One run's job: its GPUs, the judge's, and what the cluster charges."""
+    use = packing.GpuUse(1, gpus_per_run, judge.gpus if judge else 0, cluster.gpus_per_node, cluster.whole_nodes)
+    if use.requested > cluster.gpus_per_node:
+        raise UsageError(f"the run's {gpus_per_run} GPU(s) and the judge's {use.judge_gpus} exceed a "
+                         f"{cluster.name} node's {cluster.gpus_per_node}: use fewer --judge_gpus or --gpus_per_node")
+    return use
 
 
 def runtime_line(trainer: "TrainerConfig", entrypoint: str, env: MergedEnv, arch: str) -> str:
@@ -318,6 +356,7 @@ def print_preview(spec: JobSpec, script: str, restart: bool = False) -> None:
     note = integrity(spec, restart)
     print(f"checkpoints:  {spec.model_dir / 'checkpoints'} (this run's own{'; ' + note if note else ''})")
     print(f"gpus:         {spec.gpu_use}")
+    print(f"gpu use:      {spec.gpu_line}")
     if spec.vllm_runtime:
         print(f"vllm runtime: {spec.vllm_runtime}")
     print(f"run state:    {resume_summary(spec, restart)}")
@@ -370,33 +409,50 @@ def write_secrets(run_dir: RunDir, secrets: dict[str, str]) -> None:
     os.replace(tmp, path)
 
 
+class ActiveJobs(UsageError):
+    """The run already has a queued or running job: a second would train the same run twice."""
+
+
 def submit_run(spec: JobSpec, script: str, argv: list[str], restart: bool) -> int:
     slurm.require_sbatch()
-    run_dir = spec.run_dir
     integrity(spec, restart)  # before the lock, which creates the run directory
-    with run_dir.locked():
-        active = slurm.active_jobs(ledger_job_ids(run_dir))  # before --restart moves the ledger aside
-        if active:
-            listed = ", ".join(f"{job} ({state})" for job, state in active.items())
-            raise UsageError(f"run {spec.job_name} already has active job(s) {listed}; nothing submitted "
-                             "(scancel them first, or choose another --job_name)")
-        note = integrity(spec, restart)
-        if restart:
-            restart_run(spec)
-        done = run_dir.read_done()
-        if done:
-            print(f"run {spec.job_name} finished at step {done.get('final_step')}: nothing submitted "
-                  "(use --restart to start a new run)")
+    with spec.run_dir.locked():
+        refuse_active(spec)  # before --restart moves the ledger aside
+        if not prepare_run(spec, script, restart):
             return 0
-        if run_dir.read_failed():
-            os.replace(run_dir.failed_file, run_dir.path / f"failed.{spec.launch_id}.json")
-        write_run_files(spec, script)
-        claim_model_folder(spec)
-        if note:
-            print(f"note: {note}")
         job_ids = submit_chain(spec, redact_argv(argv, spec.env))
     print_submitted(spec, job_ids)
     return 0
+
+
+def refuse_active(spec: JobSpec) -> None:
+    active = slurm.active_jobs(ledger_job_ids(spec.run_dir))
+    if active:
+        listed = ", ".join(f"{job} ({state})" for job, state in active.items())
+        raise ActiveJobs(f"run {spec.job_name} already has active job(s) {listed}; nothing submitted "
+                         "(scancel them first, or choose another --job_name)")
+
+
+def prepare_run(spec: JobSpec, script: str, restart: bool) -> bool:
+    """Under the run's lock: check ownership, move a --restart'ed run aside, write the run's
+    script and secrets and claim its model folder. False (and nothing written) when the
+    run is finished: there is nothing to submit."""
+    run_dir = spec.run_dir
+    note = integrity(spec, restart)
+    if restart:
+        restart_run(spec)
+    done = run_dir.read_done()
+    if done:
+        print(f"run {spec.job_name} finished at step {done.get('final_step')}: nothing submitted "
+              "(use --restart to start a new run)")
+        return False
+    if run_dir.read_failed():
+        os.replace(run_dir.failed_file, run_dir.path / f"failed.{spec.launch_id}.json")
+    write_run_files(spec, script)
+    claim_model_folder(spec)
+    if note:
+        print(f"note: {note}")
+    return True
 
 
 def submit_chain(spec: JobSpec, argv: list[str]) -> list[str]:
@@ -428,7 +484,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
-        spec = spec_from_args(args, load_registry())
+        registry = load_registry()
+        from hpc import sweep_launch  # a sweep: --sweep, --sweep_file, or the name of one launched before
+
+        if sweep_launch.is_sweep(args, registry):
+            return sweep_launch.launch_sweep(args, argv, registry)
+        if args.pack != "auto":
+            raise UsageError(f"--pack {args.pack} applies to sweeps: add --sweep KEY=V1,V2 (a single run has one job)")
+        spec = spec_from_args(args, registry)
         script = render_script(spec)
         bash_syntax_check(script)
         if args.dry_run:

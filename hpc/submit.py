@@ -42,9 +42,10 @@ def require_sbatch() -> str:
     return path
 
 
-def sbatch_command(script: Path, dependency: str | None = None) -> list[str]:
-    """The exact sbatch command for a script (shown by the dry run, run by submit)."""
-    command = ["sbatch", "--parsable"]
+def sbatch_command(script: Path, dependency: str | None = None, options: tuple[str, ...] = ()) -> list[str]:
+    """The exact sbatch command for a script (shown by the dry run, run by submit); ``options``
+    override the script's own #SBATCH lines (a pack job with fewer runs asks for fewer GPUs)."""
+    command = ["sbatch", "--parsable", *options]
     if dependency:
         command.append(f"--dependency={dependency}")
     command.append(str(script))
@@ -62,13 +63,14 @@ def test_only(script_text: str) -> TestOnly:
     return TestOnly(result.returncode == 0, message)
 
 
-def submit(script: Path, dependency: str | None = None, env: dict[str, str] | None = None) -> str:
+def submit(script: Path, dependency: str | None = None, env: dict[str, str] | None = None,
+           options: tuple[str, ...] = ()) -> str:
     """Submit and return the job id (``sbatch --parsable`` prints ``id[;cluster]``).
 
     ``env``: the environment for sbatch (a job submitting its follower passes one
     without its own SLURM_* variables; see hpc.continuation.slurm_env)."""
-    result = subprocess.run(sbatch_command(script, dependency), capture_output=True, text=True, timeout=120,
-                            env=env)
+    result = subprocess.run(sbatch_command(script, dependency, options), capture_output=True, text=True,
+                            timeout=120, env=env)
     if result.returncode != 0:
         raise SlurmError(f"sbatch of {script} failed (exit {result.returncode}): "
                          f"{(result.stderr or result.stdout).strip()}")

@@ -7,11 +7,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 usage() {
   cat <<USAGE
-Usage: $(basename "$0") [--name PREFIX] [-y]
+Usage: $(basename "$0") [--name PREFIX | --sweep NAME] [-y]
 
 Cancel your queued and running jobs (only yours, even as root or an operator).
 Lists what it will cancel and asks for confirmation first.
   --name PREFIX   only jobs whose name starts with PREFIX (case-sensitive)
+  --sweep NAME    every job of the sweep NAME (its runs' and its pack jobs', all
+                  named NAME.<...>); launch the sweep again to resume it
   -y, --yes       do not ask
   -h, --help      this help
 USAGE
@@ -52,7 +54,9 @@ main() {
       -y | --yes) yes=1 ;;
       --name) hpc_need_value "$1" $# "a job-name prefix"; prefix=$2; hpc_check_prefix "$1" "$prefix"; shift ;;
       --name=*) prefix=${1#*=}; hpc_check_prefix --name "$prefix" ;;
-      *) hpc_usage_error "unknown argument '$1' (accepted: --name PREFIX, -y, -h)" ;;
+      --sweep) hpc_need_value "$1" $# "a sweep name"; hpc_check_prefix "$1" "$2"; prefix="$2."; shift ;;
+      --sweep=*) hpc_check_prefix --sweep "${1#*=}"; prefix="${1#*=}." ;;
+      *) hpc_usage_error "unknown argument '$1' (accepted: --name PREFIX, --sweep NAME, -y, -h)" ;;
     esac
     shift
   done

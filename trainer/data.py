@@ -472,6 +472,9 @@ def _parser() -> argparse.ArgumentParser:
                     "into the Hugging Face cache the cluster's jobs use, for compute nodes without internet.")
     stage_cmd.add_argument("--config", default="agent_008", help="trainer config whose base_model to stage")
     stage_cmd.add_argument("--base_model", default=None, help="stage this model instead of the config's")
+    stage_cmd.add_argument("--judge_model", default=None,
+                           help="also stage this judge served in the job (default: JUDGE_SERVE_MODEL of this "
+                                "cluster's dotenv, if any; see --judge_serve of hpc.launch)")
     stage_cmd.add_argument("--hf_home", type=Path, default=None,
                            help="Hugging Face home (default: $HF_HOME, else HF_HOME of this cluster's dotenv)")
     return parser
@@ -480,14 +483,18 @@ def _parser() -> argparse.ArgumentParser:
 def stage_models(args: argparse.Namespace) -> list[str]:
     """``stage-model``: the repositories of the config's base model, into the jobs' HF cache."""
     from trainer.config import load_config
-    from trainer.model_cache import hub_cache, required_repos, stage
+    from trainer.model_cache import Repo, hub_cache, required_repos, stage
 
     base_model = args.base_model or load_config(args.config).base_model
     hf_home = args.hf_home or cluster_setting("HF_HOME", "--hf_home")
     env = {**os.environ, **({"HF_HOME": str(hf_home)} if hf_home else {})}
     env.pop("HF_HUB_OFFLINE", None)
     hub = hub_cache(env)
-    return [f"HF cache:   {hub}", *stage(required_repos(base_model), hub)]
+    repos = required_repos(base_model)
+    judge = args.judge_model or cluster_setting("JUDGE_SERVE_MODEL", "--judge_model")
+    if judge and not Path(judge).is_dir():
+        repos.append(Repo(judge, "vLLM serves it as the judge inside the job (--judge_serve)"))
+    return [f"HF cache:   {hub}", *stage(repos, hub)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,6 +53,8 @@ class ServerSpec:
     gpu_memory_utilization: float = 0.9
     max_model_len: int = 32768
     tool_parser: str = DEFAULT_TOOL_PARSER
+    served_name: str = BASE_NAME  # a judge is served under its model id (the judge's cache is keyed by it)
+    tensor_parallel_size: int = 1  # GPUs one model spans (a judge too large for one GPU)
 
     @property
     def base_url(self) -> str:
@@ -86,9 +88,11 @@ def lora_rank(adapter: Path) -> int:
 def command(spec: ServerSpec, vllm: Path) -> list[str]:
     """The ``vllm serve`` command line for ``spec``."""
     argv = [str(vllm), "serve", spec.base_model, "--host", spec.host, "--port", str(spec.port),
-            "--served-model-name", BASE_NAME, "--gpu-memory-utilization", str(spec.gpu_memory_utilization),
+            "--served-model-name", spec.served_name, "--gpu-memory-utilization", str(spec.gpu_memory_utilization),
             "--max-model-len", str(spec.max_model_len), "--enable-auto-tool-choice",
             "--tool-call-parser", spec.tool_parser]
+    if spec.tensor_parallel_size > 1:
+        argv += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
     if spec.adapters:
         argv += ["--enable-lora", "--max-lora-rank", str(max(lora_rank(p) for p in spec.adapters.values())),
                  "--max-loras", str(min(len(spec.adapters), 4)),
@@ -126,7 +130,7 @@ class VLLMServer:
 
     def wait_ready(self) -> None:
         """Until /health answers and /v1/models lists every served name (model loading takes minutes)."""
-        wanted = {BASE_NAME, *self.spec.adapters}
+        wanted = {self.spec.served_name, *self.spec.adapters}
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             if self._process is not None and self._process.poll() is not None:
@@ -190,9 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max_model_len", type=int, default=32768)
     parser.add_argument("--log", type=Path, default=Path("vllm_server.log"))
     parser.add_argument("--address_file", type=Path, default=None, help="write host:port here once ready")
+    parser.add_argument("--served_name", default=BASE_NAME, help="the name the base model answers to")
+    parser.add_argument("--tensor_parallel_size", type=int, default=1, help="GPUs the model spans")
     args = parser.parse_args(argv)
     spec = ServerSpec(args.base_model, dict(args.adapter), args.port or free_port(args.host), args.host,
-                      args.gpu_memory_utilization, args.max_model_len)
+                      args.gpu_memory_utilization, args.max_model_len, served_name=args.served_name,
+                      tensor_parallel_size=args.tensor_parallel_size)
     stopping: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, lambda signum, _frame: stopping.append(signum))
@@ -200,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         with VLLMServer(spec, args.log) as server:
             if args.address_file:
                 args.address_file.write_text(f"{spec.host}:{spec.port}\n")
-            print(f"vllm_server: serving {sorted({BASE_NAME, *spec.adapters})} at {server.base_url}", flush=True)
+            print(f"vllm_server: serving {sorted({spec.served_name, *spec.adapters})} at {server.base_url}", flush=True)
             while not stopping and server._process is not None and server._process.poll() is None:
                 time.sleep(1.0)
     except ServerError as error:

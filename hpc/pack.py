@@ -1,0 +1,216 @@
+"""In-job side of a pack job: several runs of a sweep in one job (hpc/packing.py).
+
+The pack job's script (sbatch/_pack_control.sh.j2) calls
+
+    python -m hpc.pack slots --gpus_per_run g --member RUN_DIR SCRIPT [--member ...]
+    python -m hpc.pack judge-devices --first N --count J
+    python -m hpc.pack end --mode requeue|afterany --script PACK_SCRIPT --max_resubmits N \\
+                           --max_failures N --member RUN_DIR SCRIPT [--member ...]
+
+``slots`` picks the members that still have work (not done, not given up) and
+gives each its own GPUs out of the job's (CUDA_VISIBLE_DEVICES as Slurm set it),
+its own vLLM port and its own log files (``<run>/logs/<run>-<job id>.out|.err``,
+the paths the launcher recorded in the run's ledger); the script then runs each
+member's own job script, whose job control (begin hook, workload, end hook) is
+the one a single run has. Each member's end hook records its job's end and
+decides for its run (finished, given up, cancelled) but leaves continuing to
+the pack: ``end`` then continues the job once (requeue, or the pack script
+again with afterany) if any member wants to continue, and records that
+continuation in the ledger of each member it continues. Counting, failure
+limits and done markers thus stay per run: one failing run does not stop the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpc import continuation as cont
+from hpc.rundir import RunDir
+
+CONTINUE = (cont.REQUEUE, cont.RESUBMIT)
+
+
+@dataclass(frozen=True)
+class Member:
+    run: RunDir
+    script: Path
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One member's place in this job."""
+
+    member: Member
+    devices: list[str]
+    port: int
+
+    def line(self, job_id: str) -> str:
+        out, err = self.member.run.log_paths(job_id)
+        return "\t".join([str(self.member.script), ",".join(self.devices), str(self.port), str(out), str(err),
+                          self.member.run.name])
+
+
+# -- GPUs and ports -----------------------------------------------------------------------
+
+
+def visible_devices(env: dict[str, str] | os._Environ, count: int) -> list[str]:
+    """The job's GPUs as Slurm exposed them (CUDA_VISIBLE_DEVICES), else 0..count-1."""
+    given = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+    return given or [str(k) for k in range(count)]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on this node now (held open together, so none repeats)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def has_work(run: RunDir) -> bool:
+    """Not finished and not given up: the run still trains (its begin hook agrees)."""
+    return run.read_done() is None and run.read_failed() is None
+
+
+def slots(members: list[Member], gpus_per_run: int, env: dict[str, str] | os._Environ) -> list[Slot]:
+    """The members with work, in order, each on the next ``gpus_per_run`` of the job's GPUs."""
+    working = [m for m in members if has_work(m.run)]
+    devices = visible_devices(env, len(members) * gpus_per_run)
+    ports = free_ports(len(working))
+    return [Slot(m, devices[k * gpus_per_run:(k + 1) * gpus_per_run], ports[k]) for k, m in enumerate(working)]
+
+
+def judge_devices(env: dict[str, str] | os._Environ, first: int, count: int) -> list[str]:
+    """The judge's GPUs: ``count`` of the job's GPUs from index ``first`` (after the runs')."""
+    return visible_devices(env, first + count)[first:first + count]
+
+
+# -- continuing the pack ---------------------------------------------------------------------
+
+
+def wants_to_continue(member: Member, job_id: str, settings: "Settings", slurm: cont.SlurmView) -> bool:
+    """The member ran in this job and its own rule (hpc.continuation.decide) says continue."""
+    ledger = member.run.read_ledger()
+    ends = [r for r in ledger if r.get("event") == "job_end"]
+    if not ends or str(ends[-1].get("job_id")) != job_id:
+        return False
+    decision = cont.decide(ledger, done=member.run.read_done() is not None, mode=settings.mode,
+                           max_resubmits=settings.max_resubmits, max_failures=settings.max_failures, slurm=slurm)
+    return decision.action in CONTINUE
+
+
+@dataclass(frozen=True)
+class Settings:
+    mode: str  # requeue | afterany
+    script: Path  # the pack job's script
+    max_resubmits: int
+    max_failures: int
+    resize: tuple[int, int] | None = None  # (GPUs per run, judge GPUs) where GPUs are charged as asked (GRES)
+
+    def options(self, runs: int) -> tuple[str, ...]:
+        """sbatch options for the next job of ``runs`` runs: only the GPUs they use, where that saves any."""
+        if self.resize is None:
+            return ()
+        per_run, judge = self.resize
+        return (f"--gres=gpu:{runs * per_run + judge}",)
+
+
+def end(members: list[Member], job_id: str, settings: Settings, restart_count: int) -> list[Member]:
+    """Continue the pack once for the members that want it; return those members."""
+    slurm = cont.slurm_view(job_id, restart_count)
+    going = [m for m in members if wants_to_continue(m, job_id, settings, slurm)]
+    if not going:
+        print(f"[pack] job {job_id}: no run of the pack continues")
+        return []
+    names = ", ".join(m.run.name for m in going)
+    fewer = settings.resize is not None and len(going) < len(members)  # requeue would keep the GPUs
+    if settings.mode == "requeue" and not fewer and requeued(job_id):
+        for m in going:
+            m.run.append_ledger("requeue", job_id=job_id, by="job")
+        print(f"[pack] requeued job {job_id} for {names}")
+        return going
+    try:
+        new_id = resubmit(settings, job_id, len(going))
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
+        for m in going:
+            cont.give_up(m.run, f"could not continue the pack job: {err}", None)
+        return []
+    for m in going:
+        m.run.append_ledger("resubmit", job_id=new_id, after=job_id, script=str(settings.script))
+    print(f"[pack] submitted job {new_id} after job {job_id} for {names}")
+    return going
+
+
+def resubmit(settings: Settings, job_id: str, runs: int) -> str:
+    """The pack script again, after this job, asking for the GPUs ``runs`` runs use."""
+    from hpc.submit import submit
+
+    return submit(settings.script, f"afterany:{job_id}", env=cont.slurm_env(), options=settings.options(runs))
+
+
+def requeued(job_id: str) -> bool:
+    """``scontrol requeue`` this job; False when Slurm refuses (the pack is then resubmitted)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue TERMs this job: record it first
+    try:
+        cont.requeue(job_id)
+        return True
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
+        print(f"[pack] {err}; submitting the pack script again with afterany instead", file=sys.stderr)
+        return False
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m hpc.pack", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("slots")
+    s.add_argument("--gpus_per_run", type=int, required=True)
+    j = sub.add_parser("judge-devices")
+    j.add_argument("--first", type=int, required=True)
+    j.add_argument("--count", type=int, required=True)
+    e = sub.add_parser("end")
+    e.add_argument("--mode", choices=("requeue", "afterany"), required=True)
+    e.add_argument("--script", type=Path, required=True)
+    e.add_argument("--max_resubmits", type=int, required=True)
+    e.add_argument("--max_failures", type=int, required=True)
+    e.add_argument("--resize", type=int, nargs=2, default=None, metavar=("GPUS_PER_RUN", "JUDGE_GPUS"),
+                   help="ask the next job for only the GPUs its runs use (clusters charging GPUs as asked)")
+    for parser in (s, e):
+        parser.add_argument("--member", nargs=2, action="append", default=[], metavar=("RUN_DIR", "SCRIPT"))
+        parser.add_argument("--job_id", default=os.environ.get("SLURM_JOB_ID", "local"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "judge-devices":
+        print(",".join(judge_devices(os.environ, args.first, args.count)))
+        return 0
+    members = [Member(RunDir(Path(run)), Path(script)) for run, script in args.member]
+    if args.command == "slots":
+        for slot in slots(members, args.gpus_per_run, os.environ):
+            print(slot.line(args.job_id))
+        return 0
+    settings = Settings(args.mode, args.script, args.max_resubmits, args.max_failures,
+                        tuple(args.resize) if args.resize else None)
+    end(members, args.job_id, settings, int(os.environ.get("SLURM_RESTART_COUNT") or 0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
