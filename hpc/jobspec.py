@@ -104,6 +104,7 @@ class JobSpec:
     ray_join_timeout: int = DEFAULT_RAY_JOIN_TIMEOUT  # seconds a multi-node job waits for all Ray nodes
     judge: "JudgeServe | None" = None  # a judge served in the job (hpc/judge_serve.py)
     gpu_line: str = ""  # GPUs charged and used, and which does what (hpc/packing.py), for the dry run
+    gpu_mode: str | None = None  # shared | dedicated for the trainer (hpc/gpus.py), None for other workloads
     packed: bool = False  # this run's script is run by a pack job's script (hpc/pack.py)
     pack: "Pack | None" = None  # this job is a pack: several runs, each with its own script
 

@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="wall time per job (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS), at most the cluster's maximum")
     job.add_argument("--cluster", default=None, help="cluster name; default: detected from the hostname (HPC_HOSTNAME overrides it)")
     job.add_argument("--dry_run", action="store_true", help="print cluster, env, script and sbatch command; submit and write nothing")
+    job.add_argument("--preflight", action="store_true",
+                     help="with --dry_run: also run the trainer's preflight checks that can run on this login node "
+                          "(data, model cache, backend, filesystems, W&B, the judge) with the job's environment, "
+                          "list what only the job can check, and exit 1 when a check fails")
     job.add_argument("--runs_dir", default=None, help="where run directories live; default: RUNS_DIR from dotenv, else <repo>/runs")
     res = p.add_argument_group("resources")
     res.add_argument("--partition", default=None, help="Slurm partition; default: the cluster's")
@@ -176,7 +180,7 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
     art_path = env.get("ART_PATH") or str(run_dir.path / "art")
     trainer = trainer_config(config, train_args, args.entrypoint)
     gpus = plan_gpus(args.gpus_per_node, cluster, trainer if args.entrypoint == DEFAULT_ENTRYPOINT else None)
-    use = gpu_use(cluster, gpus.gpus_per_node, judge)
+    use = gpu_use(cluster, gpus.gpus_per_node, judge, gpus.gpu_mode)
     account = args.account or env.get(cluster.account_var) or None
 
     return JobSpec(
@@ -209,6 +213,7 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
         ray_join_timeout=check_ray_join_timeout(env),
         judge=judge.placed(gpus.gpus_per_node) if judge else None,
         gpu_line=packing.describe(use, [job_name]),
+        gpu_mode=gpus.gpu_mode,
     )
 
 
@@ -224,9 +229,10 @@ def job_env(args: argparse.Namespace, layers: list[EnvLayer], outer: dict[str, s
     return merge_layers([*layers, judge.env_layer()], outer), judge
 
 
-def gpu_use(cluster: Cluster, gpus_per_run: int, judge: JudgeServe | None) -> packing.GpuUse:
+def gpu_use(cluster: Cluster, gpus_per_run: int, judge: JudgeServe | None, gpu_mode: str | None) -> packing.GpuUse:
     """One run's job: its GPUs, the judge's, and what the cluster charges."""
-    use = packing.GpuUse(1, gpus_per_run, judge.gpus if judge else 0, cluster.gpus_per_node, cluster.whole_nodes)
+    use = packing.GpuUse(1, gpus_per_run, judge.gpus if judge else 0, cluster.gpus_per_node, cluster.whole_nodes,
+                         gpu_mode)
     if use.requested > cluster.gpus_per_node:
         raise UsageError(f"the run's {gpus_per_run} GPU(s) and the judge's {use.judge_gpus} exceed a "
                          f"{cluster.name} node's {cluster.gpus_per_node}: use fewer --judge_gpus or --gpus_per_node")
@@ -480,10 +486,56 @@ def print_submitted(spec: JobSpec, job_ids: list[str]) -> None:
     print(f"  ledger: {spec.run_dir.ledger}")
 
 
+# -- --dry_run --preflight ----------------------------------------------------------------
+
+
+def check_preflight_flags(args: argparse.Namespace) -> None:
+    """--preflight previews checks: it needs --dry_run, one run, and the trainer as the workload."""
+    if not args.preflight:
+        return
+    if not args.dry_run:
+        raise UsageError("--preflight needs --dry_run (it checks a run without submitting it; every job runs "
+                         "its own preflight before the expensive start anyway)")
+    if getattr(args, "sweep", None) or getattr(args, "sweep_file", None):
+        raise UsageError("--preflight checks one run: dry-run one of the sweep's runs with --job_name and "
+                         "--train_arg instead")
+    if args.entrypoint != DEFAULT_ENTRYPOINT:
+        raise UsageError(f"--preflight checks what {DEFAULT_ENTRYPOINT} needs; --entrypoint {args.entrypoint} "
+                         "runs something else")
+
+
+def preflight_env(spec: JobSpec) -> dict[str, str]:
+    """The job's environment as the preflight needs it: the merged dotenv (secrets included: the
+    judge's key is checked, never printed) and what the job script adds (run, model folder, internet)."""
+    return {**os.environ, **spec.env.values, "HPC_RUN_DIR": str(spec.run_dir.path),
+            "HPC_MODEL_DIR": str(spec.model_dir), "HPC_NO_INTERNET": "0" if spec.cluster.internet else "1",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+
+def login_preflight(spec: JobSpec) -> int:
+    """``--dry_run --preflight``: trainer/preflight.py on this login node, in a child process
+    (litellm loads there, never in the launcher), one line per check; 1 when one fails."""
+    print(f"\n# preflight on the login node ({spec.cluster.name}'s job environment; the job checks again on its node)")
+    sys.stdout.flush()
+    command = [sys.executable, "-m", "trainer.preflight", "--config", spec.config, "--where", "login",
+               *spec.train_args]
+    try:
+        result = subprocess.run(command, cwd=REPO_DIR, env=preflight_env(spec), capture_output=True, text=True,
+                                timeout=300)
+    except subprocess.TimeoutExpired:
+        print("preflight: FAILED: the checks did not finish within 300 s")
+        return 1
+    print(result.stdout, end="")
+    if result.returncode and not result.stdout.strip():  # the checks themselves could not run
+        print(f"preflight: FAILED: {(result.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return 0 if result.returncode == 0 else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
+        check_preflight_flags(args)
         registry = load_registry()
         from hpc import sweep_launch  # a sweep: --sweep, --sweep_file, or the name of one launched before
 
@@ -496,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         bash_syntax_check(script)
         if args.dry_run:
             print_preview(spec, script, args.restart)
-            return 0
+            return login_preflight(spec) if args.preflight else 0
         return submit_run(spec, script, argv, args.restart)
     except UsageError as err:
         print(f"hpc.launch: error: {err}", file=sys.stderr)

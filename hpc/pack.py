@@ -3,7 +3,7 @@
 The pack job's script (sbatch/_pack_control.sh.j2) calls
 
     python -m hpc.pack slots --gpus_per_run g --member RUN_DIR SCRIPT [--member ...]
-    python -m hpc.pack judge-devices --first N --count J
+    python -m hpc.pack devices --first N --count J
     python -m hpc.pack end --mode requeue|afterany --script PACK_SCRIPT --max_resubmits N \\
                            --max_failures N --member RUN_DIR SCRIPT [--member ...]
 
@@ -90,8 +90,9 @@ def slots(members: list[Member], gpus_per_run: int, env: dict[str, str] | os._En
     return [Slot(m, devices[k * gpus_per_run:(k + 1) * gpus_per_run], ports[k]) for k, m in enumerate(working)]
 
 
-def judge_devices(env: dict[str, str] | os._Environ, first: int, count: int) -> list[str]:
-    """The judge's GPUs: ``count`` of the job's GPUs from index ``first`` (after the runs')."""
+def device_slice(env: dict[str, str] | os._Environ, first: int, count: int) -> list[str]:
+    """``count`` of the job's GPUs from index ``first``: a served judge's (after the runs'), or
+    the run's beside it (from 0)."""
     return visible_devices(env, first + count)[first:first + count]
 
 
@@ -180,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("slots")
     s.add_argument("--gpus_per_run", type=int, required=True)
-    j = sub.add_parser("judge-devices")
+    j = sub.add_parser("devices")
     j.add_argument("--first", type=int, required=True)
     j.add_argument("--count", type=int, required=True)
     e = sub.add_parser("end")
@@ -198,8 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "judge-devices":
-        print(",".join(judge_devices(os.environ, args.first, args.count)))
+    if args.command == "devices":
+        print(",".join(device_slice(os.environ, args.first, args.count)))
         return 0
     members = [Member(RunDir(Path(run)), Path(script)) for run, script in args.member]
     if args.command == "slots":

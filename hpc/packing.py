@@ -35,6 +35,7 @@ class GpuUse:
     judge_gpus: int
     gpus_per_node: int  # the node's GPUs
     whole_nodes: bool
+    gpu_mode: str | None = None  # shared | dedicated (hpc/gpus.py); None: not the trainer
 
     @property
     def requested(self) -> int:
@@ -92,14 +93,22 @@ def describe(use: GpuUse, names: Sequence[str] = ()) -> str:
                else f"{use.charged} charged")
     parts = [f"{use.requested} used"]
     for slot in range(use.runs):
-        who = names[slot] if slot < len(names) else f"run {slot + 1}"
-        parts.append(f"GPU {','.join(map(str, use.run_devices(slot)))}: {who}")
+        parts += run_parts(use, slot, names[slot] if slot < len(names) else f"run {slot + 1}")
     if use.judge_gpus:
         parts.append(f"GPU {','.join(map(str, use.judge_devices()))}: judge")
     idle = use.charged - use.requested
     if idle > 0:
         parts.append(f"{idle} idle")
     return f"{charged}; " + "; ".join(parts)
+
+
+def run_parts(use: GpuUse, slot: int, who: str) -> list[str]:
+    """What one run's GPUs do: training and vLLM take turns (shared), or one each (dedicated)."""
+    devices = use.run_devices(slot)
+    if use.gpu_mode == "dedicated" and len(devices) >= 2:
+        return [f"GPU {devices[0]}: {who} training", f"GPU {','.join(map(str, devices[1:]))}: {who} vLLM"]
+    what = " (training and vLLM)" if use.gpu_mode == "shared" else ""
+    return [f"GPU {','.join(map(str, devices))}: {who}{what}"]
 
 
 def table(registry: Registry) -> str:

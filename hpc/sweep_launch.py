@@ -145,7 +145,7 @@ def pack_spec(plan: SweepPlan, group: list[Planned], index: int) -> JobSpec:
     """The pack job: the first run's settings, the sweep's directory, the group's runs and GPUs."""
     first = plan.first
     use = packing.GpuUse(len(group), plan.gpus_per_run, first.judge.gpus if first.judge else 0,
-                         first.cluster.gpus_per_node, first.cluster.whole_nodes)
+                         first.cluster.gpus_per_node, first.cluster.whole_nodes, first.gpu_mode)
     members = tuple(PackMember(str(r.spec.run_dir.path), str(r.spec.script_path)) for r in group)
     name = f"{plan.sweep.name}.pack{index}"
     return replace(

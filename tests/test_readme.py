@@ -49,31 +49,50 @@ def no_slurm_path(tmp: Path) -> str:
     return str(bin_dir)
 
 
-def dry_run_example(tmp: Path) -> str:
+def dry_run_example(tmp: Path, command: list[str] = EXAMPLE_COMMAND, **env_extra: str) -> str:
     copy = clean_copy(tmp / "hpc-art-launcher")
     env = {"PATH": no_slurm_path(tmp), "HOME": "/home/alice", "HPC_HOSTNAME": "alice-workstation",
-           "LANG": "C.UTF-8"}
-    result = subprocess.run([sys.executable, "-m", "hpc.launch", *EXAMPLE_COMMAND], cwd=copy, env=env,
+           "LANG": "C.UTF-8", **env_extra}
+    result = subprocess.run([sys.executable, "-m", "hpc.launch", *command], cwd=copy, env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     shown = result.stdout.replace(str(copy), SHOWN_REPO).replace(sys.prefix, f"{SHOWN_REPO}/.venv")
     return LAUNCH_ID.sub(SHOWN_LAUNCH_ID, shown)
 
 
-def readme_example(text: str) -> str:
-    block = text.split(START, 1)[1].split(END, 1)[0]
+def readme_example(text: str, start: str = START, end: str = END) -> str:
+    block = text.split(start, 1)[1].split(end, 1)[0]
     return block.split("```text\n", 1)[1].rsplit("```", 1)[0]
 
 
-def test_readme_dry_run_example_is_what_the_launcher_prints(tmp_path):
-    actual = dry_run_example(tmp_path)
+def check_example(actual: str, start: str, end: str) -> None:
+    """The README's block between the markers is ``actual`` (UPDATE_README=1 writes it)."""
     text = README.read_text()
     if os.environ.get("UPDATE_README") == "1":
-        before, rest = text.split(START, 1)
-        after = rest.split(END, 1)[1]
-        README.write_text(f"{before}{START}\n```text\n{actual}```\n{END}{after}")
+        before, rest = text.split(start, 1)
+        after = rest.split(end, 1)[1]
+        README.write_text(f"{before}{start}\n```text\n{actual}```\n{end}{after}")
         text = README.read_text()
-    assert readme_example(text) == actual, "README's dry-run example is stale: run UPDATE_README=1 (see above)"
+    assert readme_example(text, start, end) == actual, "a README example is stale: run UPDATE_README=1 (see above)"
+
+
+def test_readme_dry_run_example_is_what_the_launcher_prints(tmp_path):
+    check_example(dry_run_example(tmp_path), START, END)
+
+
+SWEEP_START, SWEEP_END = "<!-- sweep example: start -->", "<!-- sweep example: end -->"
+SWEEP_COMMAND = ["--job_name", "lr_sweep", "--time_limit", "24:00:00", "--sweep", "learning_rate=1e-5,2e-5,4e-5",
+                 "--sweep", "seed=1,2", "--dry_run"]
+JURECA_LOGIN = {"HPC_HOSTNAME": "jrlogin05.jureca", "USER": "alice", "SCRATCH": "/p/scratch/myproj",
+                "PROJECT": "/p/project/myproj", "BUDGET_ACCOUNTS": "myproj"}
+
+
+def test_readme_sweep_example_is_what_the_launcher_prints(tmp_path):
+    """The sweep's dry run on a JURECA login node, up to its first job script."""
+    shown = dry_run_example(tmp_path, SWEEP_COMMAND, **JURECA_LOGIN)
+    head = shown.split("\n# job script", 1)[0]
+    check_example(f"{head.rstrip()}\n\n# job script of job 1, its runs' scripts, the sbatch commands ... (cut here)\n",
+                  SWEEP_START, SWEEP_END)
 
 
 def test_readme_test_command_is_the_one_ci_runs():

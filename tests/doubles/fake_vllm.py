@@ -7,7 +7,8 @@ Serves ``/health``, ``/v1/models`` (the base's served name and every LoRA name) 
 chat completions on 127.0.0.1:P until TERM. Every request is answered at once with a
 final answer naming the model asked (``answer from <model>``), so a test sees which
 adapter answered. ``FAKE_VLLM_ARGV`` (a path) records the command line;
-``FAKE_VLLM_START_SECONDS`` delays readiness, as loading a model does.
+``FAKE_VLLM_START_SECONDS`` delays readiness, as loading a model does; ``FAKE_VLLM_GPUS``
+(a path) records its CUDA_VISIBLE_DEVICES.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def main(argv: list[str]) -> int:
     if os.environ.get("FAKE_VLLM_ARGV"):
         with open(os.environ["FAKE_VLLM_ARGV"], "w") as out:
             json.dump(argv, out)
+    if os.environ.get("FAKE_VLLM_GPUS"):  # the GPUs it was given, as a job pins them
+        with open(os.environ["FAKE_VLLM_GPUS"], "w") as out:
+            out.write(os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     time.sleep(float(os.environ.get("FAKE_VLLM_START_SECONDS", "0")))
     served = (option(argv, "--served-model-name", argv[1]), *lora_names(argv))
     answer = lambda body: tool_call("return_final_answer",  # noqa: E731

@@ -36,8 +36,8 @@ def test_without_cuda_visible_devices_the_gpus_are_numbered_from_zero(tmp_path):
 
 
 def test_the_judge_takes_the_gpus_after_the_runs():
-    assert pack.judge_devices({"CUDA_VISIBLE_DEVICES": "2,3,5,7"}, first=3, count=1) == ["7"]
-    assert pack.judge_devices({}, first=2, count=2) == ["2", "3"]
+    assert pack.device_slice({"CUDA_VISIBLE_DEVICES": "2,3,5,7"}, first=3, count=1) == ["7"]
+    assert pack.device_slice({}, first=2, count=2) == ["2", "3"]
 
 
 def ran(m: pack.Member, job: str, outcome: str, step: int, start_step: int = 0) -> None:

@@ -53,6 +53,15 @@ def test_a_bad_pack_is_one_line_naming_it(text):
         packing.parse_pack(text)
 
 
+def test_the_gpu_line_says_what_each_gpu_of_a_run_does():
+    shared = packing.GpuUse(1, 1, 0, 4, True, "shared")
+    assert packing.describe(shared, ["r"]).endswith("GPU 0: r (training and vLLM); 3 idle")
+    dedicated = packing.GpuUse(2, 2, 0, 4, True, "dedicated")
+    assert packing.describe(dedicated, ["a", "b"]) == (
+        "4 charged (4-GPU nodes are charged whole); 4 used; GPU 0: a training; GPU 1: a vLLM; "
+        "GPU 2: b training; GPU 3: b vLLM")
+
+
 def test_the_gpu_line_says_what_is_charged_and_which_gpu_does_what():
     use = packing.GpuUse(runs=3, gpus_per_run=1, judge_gpus=1, gpus_per_node=4, whole_nodes=True)
     assert packing.describe(use, ["a", "b", "c"]) == (

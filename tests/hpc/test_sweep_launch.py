@@ -42,8 +42,9 @@ def test_packed_runs_share_a_job_each_on_its_own_gpu(capsys, tmp_path):
     code, out, err = run_main(capsys, *sweep_args(tmp_path, "--sweep", "seed=1,2,3", "--pack", "2"))
     assert code == 0, err
     assert "3 run(s), 3 to launch in 2 job(s) (2 run(s) per job" in out
-    assert "job 1: 2 charged; 2 used; GPU 0: lr_sweep.seed=1; GPU 1: lr_sweep.seed=2" in out
-    assert "job 2: 1 charged; 1 used; GPU 0: lr_sweep.seed=3" in out
+    assert ("job 1: 2 charged; 2 used; GPU 0: lr_sweep.seed=1 (training and vLLM); "
+            "GPU 1: lr_sweep.seed=2 (training and vLLM)") in out
+    assert "job 2: 1 charged; 1 used; GPU 0: lr_sweep.seed=3 (training and vLLM)" in out
     pack_script, member_script = out.split("# the script of its run ")
     assert "#SBATCH --gres=gpu:2" in pack_script and "python -m hpc.pack slots" in pack_script
     assert "--resize 1 0" in pack_script  # local charges GPUs as asked: a smaller pack asks for fewer
@@ -100,9 +101,9 @@ def test_a_served_judge_gets_its_own_gpu_and_the_runs_its_address(capsys, tmp_pa
                               "--judge_serve", "Qwen/Qwen2.5-32B-Instruct")
     assert code == 0, err
     assert "4 run(s), 4 to launch in 2 job(s) (3 run(s) per job" in out
-    assert ("job 1: 4 charged (4-GPU nodes are charged whole); 4 used; GPU 0: j.seed=1; GPU 1: j.seed=2; "
-            "GPU 2: j.seed=3; GPU 3: judge") in out
-    assert "python -m hpc.pack judge-devices --first 3 --count 1" in out
+    assert ("job 1: 4 charged (4-GPU nodes are charged whole); 4 used; GPU 0: j.seed=1 (training and vLLM); "
+            "GPU 1: j.seed=2 (training and vLLM); GPU 2: j.seed=3 (training and vLLM); GPU 3: judge") in out
+    assert "python -m hpc.pack devices --first 3 --count 1" in out
     assert "export JUDGE_API_BASE=http://127.0.0.1:18765/v1" in out
     assert "ssh " not in out  # the judge is in the job: no tunnel to the login node
 
