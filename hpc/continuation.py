@@ -19,6 +19,19 @@ what Slurm says about the job, so every counter (continuations, failures
 without progress) is derived from the one record that survives requeues and
 node losses; there is no other state.
 
+A failed job's ``job_end`` quotes its error line (the last meaningful line of
+its part of the .err log), and so do ``failed.json`` and the ledger's
+``failed`` record. Exit 78 (``EXIT_CONFIG_ERROR``: the trainer's preflight or
+setup found a configuration error) gives the run up at once; other failures
+are retried until ``--max_failures`` of them in a row made no progress,
+counted from the newest launch.
+
+Slurm is asked two things at the end, because a TERM alone does not say why
+it came: whether it has already requeued the job itself (preemption, an
+admin's ``scontrol requeue``: continuing it again would start a second job on
+the same run), and whether a user cancelled it (``scancel``: the user wants
+the run stopped, and a requeue would undo that).
+
 Slurm is asked two things at the end, because a TERM alone does not say why
 it came: whether it has already requeued the job itself (preemption, an
 admin's ``scontrol requeue``: continuing it again would start a second job on
@@ -41,13 +54,19 @@ from typing import Any, Iterable
 
 from hpc import ownership
 from hpc.checkpoints import latest_complete, quarantine_incomplete
-from hpc.rundir import EXIT_STOPPED_FOR_TIME, RunDir
+from hpc.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
 
 log = logging.getLogger("hpc.continuation")
 
 EXIT_NOTHING_TO_DO = 10  # begin: the run is finished or failed; the job exits 0 at once
 EXIT_NOT_OURS = 3  # begin: the model folder belongs to another run; the job fails, nothing continues
 MODES = ("requeue", "afterany", "chain")
+# A failed job's error line: the last line of its .err log that reads like an error, else its
+# last line; read from where the job began (a requeued job appends to the same log).
+ERROR_WORDS = re.compile(r"error|exception|traceback|fail|fatal|killed|cancelled|denied|refused|timed out", re.I)
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+ERROR_TAIL_BYTES = 65536
+ERROR_LINE_CHARS = 1000  # a preflight line with its fix fits; a runaway line does not
 
 FINISHED = "finished"
 STOPPED = "stopped_for_time"
@@ -121,13 +140,21 @@ def _close(runs: list[tuple[dict[str, Any], dict[str, Any] | None]], end: dict[s
     runs.append(({}, end))
 
 
+def since_launch(ledger: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records from the newest launch (``submit``) on: what this launch's jobs did."""
+    launches = [k for k, record in enumerate(ledger) if record.get("event") == "submit"]
+    return ledger[launches[-1]:] if launches else ledger
+
+
 def failures_without_progress(ledger: list[dict[str, Any]]) -> int:
-    """Consecutive failed jobs, newest first, whose step did not advance.
+    """Consecutive failed jobs of the newest launch, newest first, whose step did not advance.
 
     Any job that stopped for time, finished, or failed after advancing the step
-    breaks the streak: a run that still learns is worth continuing."""
+    breaks the streak: a run that still learns is worth continuing. A new launch
+    starts a fresh count: the user changed something and deserves --max_failures
+    attempts, not what the previous launch left."""
     streak = 0
-    for start, end in reversed(job_runs(ledger)):
+    for start, end in reversed(job_runs(since_launch(ledger))):
         if end is None:
             continue
         if end.get("outcome") != FAILED or _advanced(start, end):
@@ -151,11 +178,14 @@ def decide(ledger: list[dict[str, Any]], *, done: bool, mode: str, max_resubmits
     if slurm.cancelled:
         return Decision(STOP, "the job was cancelled (scancel): the run is not continued; launch again to resume")
     last = next((r for r in reversed(ledger) if r.get("event") == "job_end"), {})
+    if last.get("outcome") == FAILED and last.get("exit_code") == EXIT_CONFIG_ERROR:
+        return Decision(GIVE_UP, f"configuration error (exit {EXIT_CONFIG_ERROR}), not retried: "
+                                 f"{last.get('error') or 'see the log'}")
     if last.get("outcome") == FAILED:
         streak = failures_without_progress(ledger)
         if streak >= max_failures:
             return Decision(GIVE_UP, f"{streak} failed job(s) in a row without progress "
-                                     f"(--max_failures {max_failures}); last exit code {last.get('exit_code')}")
+                                     f"(--max_failures {max_failures}); last {failure_text(last)}")
     if slurm.requeued:
         return Decision(REQUEUED, "Slurm has requeued this job itself (preemption or an admin): "
                                   "it continues the run, nothing else is submitted")
@@ -171,6 +201,50 @@ def decide(ledger: list[dict[str, Any]], *, done: bool, mode: str, max_resubmits
     why = "stopped for time" if last.get("outcome") == STOPPED else "failed but made progress"
     action = REQUEUE if mode == "requeue" else RESUBMIT
     return Decision(action, f"{why}; continuation {used + 1} of at most {max_resubmits}")
+
+
+def failure_text(end: dict[str, Any]) -> str:
+    """A failed job in a few words: its exit code and, when it wrote one, its error line."""
+    text = f"exit code {end.get('exit_code')}"
+    return f"{text}: {end['error']}" if end.get("error") else text
+
+
+def error_line(log: Path, offset: int = 0) -> str | None:
+    """The last meaningful line a job wrote to its .err log from ``offset`` (where it began):
+    the last that reads like an error (a traceback's exception, the trainer's one-line
+    errors, Slurm's CANCELLED line), else the last one; printable, one line. None if none."""
+    try:
+        with open(log, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(offset if offset <= size else 0, size - ERROR_TAIL_BYTES))
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return None
+    lines = [line for line in map(clean_line, text.splitlines()) if line and not line.startswith("[continuation]")]
+    if not lines:
+        return None
+    return next((line for line in reversed(lines) if ERROR_WORDS.search(line)), lines[-1])
+
+
+def clean_line(line: str) -> str:
+    """Without terminal escapes and control characters, at most ERROR_LINE_CHARS long."""
+    line = "".join(ch if ch.isprintable() else " " for ch in ANSI_ESCAPE.sub("", line)).strip()
+    return line if len(line) <= ERROR_LINE_CHARS else line[: ERROR_LINE_CHARS - 3] + "..."
+
+
+def log_size(log: Path) -> int:
+    try:
+        return log.stat().st_size
+    except OSError:
+        return 0
+
+
+def start_offset(ledger: list[dict[str, Any]], job_id: str) -> int:
+    """Where this job's part of its .err log begins (its job_start's ``err_offset``)."""
+    start = next((r for r in reversed(ledger) if r.get("event") == "job_start"
+                  and str(r.get("job_id")) == job_id), {})
+    offset = start.get("err_offset")
+    return offset if isinstance(offset, int) else 0
 
 
 def chain_follower(ledger: list[dict[str, Any]], job_id: Any) -> str | None:
@@ -270,7 +344,8 @@ def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int) -> int:
             close_lost_job(run, lost, current_step(model_dir), job_id)
         quarantine_incomplete(model_dir)
         step = current_step(model_dir)
-        run.append_ledger("job_start", job_id=job_id, step=step, restart_count=restart_count)
+        run.append_ledger("job_start", job_id=job_id, step=step, restart_count=restart_count,
+                          err_offset=log_size(run.log_paths(job_id)[1]))
     print(f"[continuation] job {job_id} starts from step {step} (restart {restart_count})")
     return 0
 
@@ -311,7 +386,9 @@ def end(a: EndArgs) -> Decision:
         if outcome == FINISHED and done is None:  # a workload that is not the trainer finished
             run.mark_done(step)
             done = run.read_done()
-        run.append_ledger("job_end", job_id=a.job_id, exit_code=a.exit_code, step=step, outcome=outcome)
+        error = failed_job_error(a, run.read_ledger()) if outcome == FAILED else None
+        run.append_ledger("job_end", job_id=a.job_id, exit_code=a.exit_code, step=step, outcome=outcome,
+                          **({"error": error} if error else {}))
         ledger = run.read_ledger()
         slurm = SlurmView() if done else slurm_view(a.job_id, a.restart_count)
         decision = decide(ledger, done=done is not None, mode=a.mode, max_resubmits=a.max_resubmits,
@@ -328,7 +405,8 @@ def carry_out(a: EndArgs, decision: Decision, ledger: list[dict[str, Any]], done
         if not any(r.get("event") == "done" for r in ledger):
             run.append_ledger("done", step=(done or {}).get("final_step"))
     elif decision.action == GIVE_UP:
-        give_up(run, decision.reason, a.log_err)
+        last = next((r for r in reversed(ledger) if r.get("event") == "job_end"), {})
+        give_up(run, decision.reason, a.log_err, last.get("error"))
     elif decision.action == STOP:
         run.append_ledger("cancelled", job_id=a.job_id)
     elif decision.action == REQUEUED:
@@ -361,9 +439,16 @@ def submit_follower(a: EndArgs) -> None:
     print(f"[continuation] submitted job {new_id} to continue after job {a.job_id}")
 
 
-def give_up(run: RunDir, reason: str, log_err: str | None) -> None:
-    run.mark_failed(reason, log_tail=log_err)
-    run.append_ledger("failed", reason=reason, log_tail=log_err)
+def failed_job_error(a: EndArgs, ledger: list[dict[str, Any]]) -> str | None:
+    """The error line of this job's part of its .err log (the log Slurm writes, else the run's)."""
+    log = Path(a.log_err) if a.log_err else a.run.log_paths(a.job_id)[1]
+    return error_line(log, start_offset(ledger, a.job_id))
+
+
+def give_up(run: RunDir, reason: str, log_err: str | None, error: str | None = None) -> None:
+    """Mark the run failed: failed.json and the ledger's ``failed`` quote the job's error line."""
+    run.mark_failed(reason, log_tail=log_err, error=error)
+    run.append_ledger("failed", reason=reason, log_tail=log_err, **({"error": error} if error else {}))
     print(f"[continuation] run {run.name} marked failed: {reason}; log: {log_err or '-'}", file=sys.stderr)
 
 

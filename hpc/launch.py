@@ -507,9 +507,10 @@ def check_preflight_flags(args: argparse.Namespace) -> None:
 def preflight_env(spec: JobSpec) -> dict[str, str]:
     """The job's environment as the preflight needs it: the merged dotenv (secrets included: the
     judge's key is checked, never printed) and what the job script adds (run, model folder, internet)."""
+    served = getattr(spec, "judge", None)  # --judge_serve: a judge only the job can ask
     return {**os.environ, **spec.env.values, "HPC_RUN_DIR": str(spec.run_dir.path),
             "HPC_MODEL_DIR": str(spec.model_dir), "HPC_NO_INTERNET": "0" if spec.cluster.internet else "1",
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True", **({"HPC_JUDGE_SERVED": served.model} if served else {})}
 
 
 def login_preflight(spec: JobSpec) -> int:

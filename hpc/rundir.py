@@ -21,7 +21,7 @@ Layout of ``<runs_dir>/<job_name>/``::
     report/                 `python -m hpc.report`: report.md and its PNG figures
     serve/                  a serve job's address.json (where it listens), token (0600), vllm.log
     done.json               written once when all training steps are finished
-    failed.json             written when the run is given up (crash guard)
+    failed.json             written when the run is given up (crash guard): reason, log, the error line
     .lock                   flock target serialising launches and ledger appends
 """
 
@@ -40,17 +40,21 @@ from typing import Any, Iterator
 # Exit code the trainer (or any entrypoint) uses to say "I stopped cleanly
 # because time is up; continue the run". 75 is EX_TEMPFAIL from sysexits.h.
 EXIT_STOPPED_FOR_TIME = 75
+# Exit code for "a configuration error this run cannot outgrow" (missing data, a
+# rejected key, a missing package: trainer/preflight.py, trainer.train's setup
+# errors): job control gives the run up at once instead of retrying. 78 is EX_CONFIG.
+EXIT_CONFIG_ERROR = 78
 
 LEDGER_EVENTS = (
     "submit",      # launcher submitted a job (job_id, cluster, script, git_commit, argv, log_out, log_err)
     "chain",       # launcher pre-submitted a chained job (same fields + after)
-    "job_start",   # a job began work (job_id, step, restart_count)
-    "job_end",     # a job's workload ended (job_id, exit_code, step, outcome)
+    "job_start",   # a job began work (job_id, step, restart_count, err_offset)
+    "job_end",     # a job's workload ended (job_id, exit_code, step, outcome; error when failed)
     "requeue",     # the job was requeued (job_id, by = "job" | "slurm")
     "resubmit",    # the job submitted its successor (job_id = new id, after = old id)
     "cancelled",   # a user cancelled the job; the run is not continued (job_id)
     "done",        # training finished (step)
-    "failed",      # run given up (reason, log_tail)
+    "failed",      # run given up (reason, log_tail, error)
 )
 
 
@@ -220,8 +224,10 @@ class RunDir:
     def read_failed(self) -> dict[str, Any] | None:
         return read_json(self.failed_file)
 
-    def mark_failed(self, reason: str, log_tail: str | None = None) -> None:
-        write_json_atomic(self.failed_file, {"reason": reason, "log_tail": log_tail, "time": utc_now()})
+    def mark_failed(self, reason: str, log_tail: str | None = None, error: str | None = None) -> None:
+        """``error``: the failed job's own last error line (its .err log), quoted as is."""
+        write_json_atomic(self.failed_file, {"reason": reason, "log_tail": log_tail, "error": error,
+                                             "time": utc_now()})
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

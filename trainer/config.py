@@ -94,6 +94,12 @@ class TrainerConfig:
     judge_retries: int = 3
     max_rollout_exceptions: float = 0.0  # ART-E: gather's max_exceptions=0
 
+    # Preflight (trainer/preflight.py): checks that fail a job in seconds, before the expensive start
+    preflight: bool = True  # false: no checks (the job finds problems at start-up, minutes later)
+    preflight_judge: bool = True  # false: the judge is not asked its one tiny request
+    preflight_min_free_gb: float = 10.0  # free space the run's output filesystems need (0: no floor)
+    preflight_timeout: float = 30.0  # seconds each network check (judge, W&B) may take
+
     # GPU memory
     gpu_memory_utilization: float | None = None  # vLLM's share of its GPU; None: VLLM_SHARE[gpu mode]
     max_seq_length: int = 32768
@@ -144,6 +150,8 @@ CHECKS: dict[str, Check] = {
     "rollout_concurrency": _POSITIVE,
     "gpu_mode": (lambda v: v in GPU_MODES, " or ".join(GPU_MODES)),
     "max_rollout_exceptions": (lambda v: 0 <= v <= 1, "a fraction from 0 to 1"),
+    "preflight_min_free_gb": (lambda v: v >= 0, "a number of GB >= 0"),
+    "preflight_timeout": (lambda v: v > 0, "a number of seconds > 0"),
     "gpu_memory_utilization": (lambda v: 0 < v <= 1, "a fraction above 0, at most 1"),
     "max_seq_length": _POSITIVE,
 }

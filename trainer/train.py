@@ -23,8 +23,14 @@ LocalBackend; ``package.module:ClassName`` plugs in any class implementing
 ``art.Backend``, for sites that train elsewhere (and for the tests, which use
 ``tests.doubles.art_backend:FakeBackend``).
 
-Exit codes: 0 finished, 75 stopped on request, 2 bad config or missing
-data/backend (one line on stderr), anything else a failure.
+Before anything expensive (ART's import, the data, the backend) it runs the
+preflight checks (trainer/preflight.py): a failure is one line on stderr naming
+the check and the fix, within seconds.
+
+Exit codes: 0 finished, 75 stopped on request, 78 (``EXIT_CONFIG_ERROR``) a
+configuration error it cannot outgrow: bad config, missing data or backend, a
+permanent preflight failure (one line on stderr; job control gives the run up
+at once), 69 a transient preflight failure (retried), anything else a failure.
 
 Environment (set by the job; when run by hand the defaults apply):
 ``HPC_RUN_DIR`` (default ``<repo>/runs/<config>``), ``ART_PATH`` (default
@@ -57,7 +63,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable
 
 from hpc.checkpoints import model_dir as art_model_dir
 from hpc.checkpoints import quarantine_incomplete
-from hpc.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now
+from hpc.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir, utc_now
 from hpc.vllm_runtime import job_runtime_env
 from trainer.config import ConfigError, TrainerConfig, known_configs, load_config, one_line, shuffle_seed, vllm_share
 from trainer.training_step import Objective, TrainedNothing, reward_spread, train_and_log
@@ -73,7 +79,7 @@ if TYPE_CHECKING:
     from trainer.validation import Validator
 
 REPO_DIR = Path(__file__).resolve().parent.parent
-EXIT_SETUP_ERROR = 2  # bad config, missing data or backend: retrying will not help
+EXIT_SETUP_ERROR = EXIT_CONFIG_ERROR  # 78: bad config, missing data or backend: retrying will not help
 EXIT_STEP_FAILED = 1  # a step produced nothing to train on, or trained nothing: the crash guard decides
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 
@@ -81,7 +87,7 @@ log = logging.getLogger("trainer")
 
 
 class SetupError(RuntimeError):
-    """Something the user must fix before training can start (exit 2, one line)."""
+    """Something the user must fix before training can start (exit 78, one line; the run is given up)."""
 
 
 class BackendDidNotStart(RuntimeError):
@@ -746,6 +752,17 @@ def setup_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def run_preflight(config: TrainerConfig, paths: Paths) -> int:
+    """trainer/preflight.py's checks (config key ``preflight``), before ``import art``: 0 when
+    they pass, else the exit code (78 permanent, 69 transient) after one line per failure."""
+    from trainer.preflight import Targets, run_job
+
+    wandb_dir = Path(os.environ.get("WANDB_DIR") or paths.run_dir.path)
+    targets = Targets(run_dir=paths.run_dir.path, model_dir=paths.model_dir, data_dir=paths.data_dir,
+                      wandb_dir=wandb_dir)
+    return run_job(config, targets, os.environ)
+
+
 def main(argv: list[str] | None = None) -> int:
     stop = StopRequest().install()  # first: a stop request must never kill us
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -762,6 +779,9 @@ def main(argv: list[str] | None = None) -> int:
              paths.run_dir.path, paths.model_dir / "checkpoints")
     check_job_model_dir(paths.model_dir, os.environ)
     try:
+        failed = run_preflight(config, paths)
+        if failed:
+            return failed
         return asyncio.run(train(config, paths, stop))
     except SetupError as error:
         print(f"trainer.train: error: {error}", file=sys.stderr)

@@ -16,6 +16,8 @@ Every request is recorded (``requests``), and ``max_in_flight`` tells the most
 requests that were being served at once (with ``Reply.delay`` to hold them).
 ``GET /health`` and ``GET /v1/models`` answer as vLLM's server does (``served``
 names the models; a dict script's keys by default), for readiness checks.
+With ``api_key``, a request without ``Authorization: Bearer <api_key>`` gets 401,
+as OpenAI's API and ``vllm serve --api-key`` answer (preflight's bad-key test).
 
     with OpenAIServer([tool_call("search_emails", {"keywords": ["x"]}), text("done")]) as server:
         client = AsyncOpenAI(base_url=server.base_url, api_key="test")
@@ -106,6 +108,7 @@ class _State:
     lock: threading.Lock = field(default_factory=threading.Lock)
     ids: Any = field(default_factory=itertools.count)
     served: tuple[str, ...] = ()  # what GET /v1/models lists
+    api_key: str | None = None  # when set, requests without this bearer token get 401
 
 
 class _Server(ThreadingHTTPServer):
@@ -118,8 +121,9 @@ class _Server(ThreadingHTTPServer):
 class OpenAIServer:
     """A scripted OpenAI-compatible endpoint; use as a context manager (or start()/stop())."""
 
-    def __init__(self, script: Script, port: int = 0, served: tuple[str, ...] = ()) -> None:
-        self._state = _State(script=script, served=served or (tuple(script) if isinstance(script, dict) else ()))
+    def __init__(self, script: Script, port: int = 0, served: tuple[str, ...] = (), api_key: str | None = None) -> None:
+        self._state = _State(script=script, served=served or (tuple(script) if isinstance(script, dict) else ()),
+                             api_key=api_key)
         self._httpd = _Server(("127.0.0.1", port), _handler_for(self._state))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -178,6 +182,8 @@ def _handler_for(state: _State) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?")[0]
             if path == "/health":
                 return self._send(200, {})
+            if not self._authorized():
+                return self._unauthorized()
             if path in ("/v1/models", "/models"):
                 return self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in state.served]})
             return self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
@@ -185,6 +191,8 @@ def _handler_for(state: _State) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
+            if not self._authorized():
+                return self._unauthorized()
             if self.path.split("?")[0] not in CHAT_PATHS:
                 return self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             try:
@@ -208,6 +216,13 @@ def _handler_for(state: _State) -> type[BaseHTTPRequestHandler]:
             finally:
                 with state.lock:
                     state.in_flight -= 1
+
+        def _authorized(self) -> bool:
+            return state.api_key is None or self.headers.get("Authorization") == f"Bearer {state.api_key}"
+
+        def _unauthorized(self) -> None:
+            error = {"message": "Incorrect API key provided.", "type": "invalid_request_error", "code": "invalid_api_key"}
+            return self._send(401, {"error": error})
 
         def _send(self, status: int, payload: dict) -> None:
             data = json.dumps(payload).encode()

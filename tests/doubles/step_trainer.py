@@ -3,6 +3,7 @@ saves a LoRA checkpoint per step in ART's LocalBackend layout.
 
     python -m tests.doubles.step_trainer --config X [steps=N] [step_seconds=2] [crash=always]
         [crash_at=K] [save_sleep=S] [save_sleep_at=K]
+        [preflight=CONFIG] [preflight_overrides=KEY=VALUE,KEY=VALUE]
 
 Same argv shape and contract as the real trainer (docs/design.md):
 
@@ -19,6 +20,11 @@ Same argv shape and contract as the real trainer (docs/design.md):
 - on SIGUSR1/SIGTERM finishes the step in flight, saves it, and exits 75;
 - ``crash=always`` exits 1 before training anything; ``crash_at=K`` exits 3
   instead of training step K (once per run).
+
+- ``preflight=CONFIG`` first runs the trainer's own preflight (trainer/preflight.py)
+  for that trainer config (with ``preflight_overrides``) and the job's environment,
+  and exits as the trainer would (78 permanent, 69 transient): real-Slurm tests
+  fail a job with the real checks.
 
 Its pid goes to ``$HPC_RUN_DIR/trainer.pid`` and, while it sleeps mid-save,
 ``$HPC_RUN_DIR/saving`` names the step, so a test can ``kill -9`` it there.
@@ -50,6 +56,8 @@ class Options:
     crash_at: int = 0
     save_sleep: float = 0.0
     save_sleep_at: int = 0
+    preflight: str = ""  # a trainer config: run trainer/preflight.py's checks for it first
+    preflight_overrides: str = ""  # its key=value overrides, comma-separated
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -66,7 +74,7 @@ def parse_args(argv: list[str]) -> Options:
             raise SystemExit(f"step_trainer: unknown argument {arg!r}")
         values[key] = value
     types = {"steps": int, "step_seconds": float, "crash": str, "crash_at": int, "save_sleep": float,
-             "save_sleep_at": int}
+             "save_sleep_at": int, "preflight": str, "preflight_overrides": str}
     return Options(**{k: types[k](v) for k, v in values.items()})
 
 
@@ -179,6 +187,25 @@ def train(run: RunDir, model_dir: Path, opts: Options) -> int:
     return 0
 
 
+def preflight(opts: Options) -> int:
+    """The trainer's preflight for config ``opts.preflight``: 0, or its exit code (78, 69)."""
+    import logging
+
+    from trainer.config import ConfigError, load_config
+    from trainer.preflight import EXIT_CONFIG_ERROR, run_job, targets_from_env
+
+    handler = logging.StreamHandler(sys.stdout)  # its "ok" lines to the .out log, as the trainer's
+    handler.setFormatter(logging.Formatter("step_trainer: %(message)s"))
+    logging.getLogger("trainer.preflight").addHandler(handler)
+    logging.getLogger("trainer.preflight").setLevel(logging.INFO)
+    try:
+        config = load_config(opts.preflight, [pair for pair in opts.preflight_overrides.split(",") if pair])
+    except ConfigError as error:
+        print(f"step_trainer: error: {error}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG_ERROR
+    return run_job(config, targets_from_env(opts.preflight, config, os.environ), os.environ)
+
+
 def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGUSR1, signal.SIGTERM):  # first thing: a stop request must never kill us
         signal.signal(sig, on_signal)
@@ -186,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     run = RunDir(Path(os.environ["HPC_RUN_DIR"]))
     model_dir = Path(os.environ["HPC_MODEL_DIR"])
     (run.path / "trainer.pid").write_text(str(os.getpid()))
+    failed = preflight(opts) if opts.preflight else 0
+    if failed:
+        return failed
     if opts.crash == "always":
         print("step_trainer: crashing before any step (crash=always)", file=sys.stderr, flush=True)
         return 1

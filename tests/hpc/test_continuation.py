@@ -393,7 +393,7 @@ def test_cli_begin_exits_10_for_a_finished_run_and_0_otherwise(run, model):
     result = run_cli("begin", *base, env=env)
     assert result.returncode == 0, result.stderr
     assert run.read_ledger()[0] | {"time": None} == {"event": "job_start", "time": None, "job_id": "55", "step": 0,
-                                                     "restart_count": 2}
+                                                     "restart_count": 2, "err_offset": 0}
     run.mark_done(3, 3)
     result = run_cli("begin", *base, env=env)
     assert result.returncode == 10 and "nothing to do" in result.stdout
@@ -406,3 +406,89 @@ def test_cli_end_in_chain_mode_records_the_end(run, model):
     assert result.returncode == 0, result.stderr
     assert json.loads(run.ledger.read_text())["outcome"] == "stopped_for_time"
     assert "chain mode" in result.stdout
+
+
+# -- configuration errors, error lines, a fresh count per launch (issue 13, preflight) --------------
+
+
+def test_a_configuration_error_exit_78_gives_the_run_up_at_once_quoting_its_error():
+    line = "preflight check 'data' failed (permanent): the data directory /d does not exist; fix: stage it"
+    ledger = [start("1", 0), end("1", 0, "failed", 78) | {"error": line}]
+    decision = decide(ledger, max_failures=5)
+    assert decision.action == cont.GIVE_UP
+    assert decision.reason == f"configuration error (exit 78), not retried: {line}"
+    for mode in ("requeue", "chain"):
+        assert decide(ledger, mode=mode, max_failures=5).action == cont.GIVE_UP
+
+
+def test_other_failures_are_retried_and_the_reason_quotes_the_last_error_line():
+    line = "preflight check 'judge' failed (transient): the answer judge j did not answer"
+    ledger = [start("1", 0), end("1", 0, "failed", 69) | {"error": line}]
+    assert decide(ledger).action == cont.RESUBMIT
+    ledger += [start("2", 0), end("2", 0, "failed", 69) | {"error": line}]
+    assert decide(ledger).reason == ("2 failed job(s) in a row without progress (--max_failures 2); "
+                                     f"last exit code 69: {line}")
+
+
+def test_a_new_launch_starts_a_fresh_failure_count():
+    failed_run = [{"event": "submit", "job_id": "1"}, start("1", 0), end("1", 0, "failed"),
+                  {"event": "resubmit", "job_id": "2", "after": "1"}, start("2", 0), end("2", 0, "failed")]
+    assert decide(failed_run).action == cont.GIVE_UP
+    relaunched = failed_run + [{"event": "failed"}, {"event": "submit", "job_id": "3"}, start("3", 0),
+                               end("3", 0, "failed")]
+    assert cont.failures_without_progress(relaunched) == 1
+    assert decide(relaunched).action == cont.RESUBMIT
+    relaunched += [start("4", 0), end("4", 0, "failed")]
+    assert decide(relaunched).action == cont.GIVE_UP
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: bad value\n", "ValueError: bad value"),
+    ("trainer.train: error: training data not found\n\n", "trainer.train: error: training data not found"),
+    ("step_trainer: crashing before any step (crash=always)\n", "step_trainer: crashing before any step (crash=always)"),
+    ("an error first\nprogress 10%\rprogress 100%\n", "an error first"),
+    ("\x1b[31mRuntimeError: red\x1b[0m\x07\n", "RuntimeError: red"),
+    ("job failed\n[continuation] run r marked failed: ...\n", "job failed"),
+    ("\n  \n", None),
+])
+def test_error_line_is_the_last_line_that_reads_like_an_error(tmp_path, text, expected):
+    log = tmp_path / "r-1.err"
+    log.write_text(text)
+    assert cont.error_line(log) == expected
+
+
+def test_error_line_reads_only_this_jobs_part_of_an_appended_log(tmp_path):
+    log = tmp_path / "r-1.err"
+    log.write_text("RuntimeError: the previous run of this requeued job\n")
+    offset = log.stat().st_size
+    assert cont.error_line(log, offset) is None
+    with log.open("a") as handle:
+        handle.write("x" * 5000 + "\n")
+    assert cont.error_line(log, offset) == "x" * (cont.ERROR_LINE_CHARS - 3) + "..."
+    assert cont.error_line(tmp_path / "missing.err") is None
+
+
+def test_end_quotes_this_jobs_error_line_in_job_end_failed_json_and_the_ledger(run, model, slurm_calls):
+    err = run.log_paths("100")[1]
+    err.parent.mkdir(parents=True)
+    err.write_text("ValueError: from an earlier run of job 100\n")
+    assert cont.begin(run, model, "100", 0) == 0
+    line = "preflight check 'judge' failed (permanent): the answer judge j rejects the key (HTTP 401); fix: key"
+    with err.open("a") as handle:
+        handle.write(f"2026-01-01T00:00:00 [trainer] some warning\n{line}\n")
+    args = cont.EndArgs(run, model, "100", 78, "afterany", Path("/x.sbatch"), 20, 2, str(err))
+    assert cont.end(args).action == cont.GIVE_UP
+    assert slurm_calls == []  # nothing resubmitted: permanent
+    job_end, failed_record = run.read_ledger()[-2:]
+    assert job_end["error"] == line and failed_record["event"] == "failed" and failed_record["error"] == line
+    failed = run.read_failed()
+    assert failed["error"] == line and failed["reason"].endswith(line) and failed["log_tail"] == str(err)
+
+
+def test_a_job_that_stopped_for_time_records_no_error(run, model, slurm_calls):
+    err = run.log_paths("100")[1]
+    err.parent.mkdir(parents=True)
+    err.write_text("RuntimeError: not this job's end\n")
+    cont.end(end_args(run, model, 75))
+    (job_end,) = [r for r in run.read_ledger() if r["event"] == "job_end"]
+    assert job_end["outcome"] == "stopped_for_time" and "error" not in job_end

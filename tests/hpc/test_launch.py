@@ -218,3 +218,78 @@ def test_signal_grace_defaults_to_300_s_or_a_quarter_of_a_short_limit(capsys, tm
     code, out, err = run_main(capsys, *args, *grace_flag, "--dry_run")
     assert code == 0, err
     assert f"#SBATCH --signal=B:USR1@{expected}\n" in out
+
+
+# -- --dry_run --preflight: the trainer's checks on the login node -----------------------------------
+
+PREFLIGHT_KEY = "sk-login-preflight-0123456789"
+PREFLIGHT_ARGS = ("--config", "smoke", "--train_arg", "backend=tests.doubles.art_backend:FakeBackend",
+                  "--train_arg", "preflight_min_free_gb=0", "--env", "JUDGE_MODEL=judge-model")
+
+
+@pytest.fixture(scope="module")
+def staged_data(tmp_path_factory) -> Path:
+    """A DATA_DIR staged by the real `prepare` from the shipped fixture corpus."""
+    from trainer.data import prepare
+
+    data = tmp_path_factory.mktemp("data")
+    fixtures = REPO / "tests" / "fixtures" / "art_e"
+    prepare(data, str(fixtures / "emails.jsonl"), str(fixtures / "questions.jsonl"), show_progress=False)
+    return data
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--preflight"], "--preflight needs --dry_run"),
+    (["--preflight", "--dry_run", "--entrypoint", "tests.doubles.step_trainer"],
+     "--preflight checks what trainer.train needs; --entrypoint tests.doubles.step_trainer runs something else"),
+])
+def test_preflight_flag_misuse_is_one_line_exit_2_and_nothing_written(capsys, tmp_path, extra, fragment):
+    code, out, err = run_main(capsys, *base_args(tmp_path / "runs"), *extra)
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1
+    assert out == "" and not (tmp_path / "runs").exists()
+
+
+def test_dry_run_preflight_runs_each_check_with_the_jobs_environment(capsys, tmp_path, staged_data):
+    from tests.doubles.openai_server import OpenAIServer, text
+
+    with OpenAIServer(lambda body: text("OK"), api_key=PREFLIGHT_KEY) as judge:
+        code, out, err = run_main(capsys, *base_args(tmp_path / "runs"), *PREFLIGHT_ARGS, "--dry_run", "--preflight",
+                                  "--env", f"DATA_DIR={staged_data}", "--env", f"JUDGE_API_BASE={judge.base_url}",
+                                  "--env", f"JUDGE_API_KEY={PREFLIGHT_KEY}")
+        (request,) = judge.requests
+    assert code == 0, out + err
+    section = out[out.index("# preflight on the login node"):].splitlines()[1:]
+    assert [line.split()[0] for line in section] == ["ok"] * 7 + ["job", "job"]
+    assert f"ok      data: {staged_data}/enron_emails.db" in out
+    assert "ok      judge: the answer judge judge-model at http://127.0.0.1" in out
+    assert request.headers["authorization"] == f"Bearer {PREFLIGHT_KEY}"  # the key from --env reached it...
+    assert PREFLIGHT_KEY not in out + err  # ... and was never printed
+    assert not (tmp_path / "runs").exists()  # a dry run writes nothing, preflight included
+
+
+def test_dry_run_preflight_on_an_offline_cluster_fails_and_lists_what_only_the_job_checks(capsys, tmp_path,
+                                                                                          monkeypatch):
+    monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
+    monkeypatch.setenv("USER", "alice")
+    monkeypatch.setenv("PROJECT", str(tmp_path / "project"))
+    code, out, err = run_main(capsys, "--cluster", "jureca", "--job_name", "off", "--time_limit", "30",
+                              "--runs_dir", str(tmp_path / "runs"), "--config", "smoke", "--dry_run", "--preflight")
+    assert code == 1, err
+    section = out[out.index("# preflight on the login node (jureca's"):]
+    assert "FAILED  data (permanent): the data directory" in section and "art-e-data does not exist" in section
+    assert "FAILED  model_cache (permanent): the node is offline and the HF cache" in section
+    assert "job only: the node's offline mode" in section and "job only: the judge through the job's SSH tunnel" in section
+
+
+def test_dry_run_preflight_keeps_litellm_out_of_the_launcher(tmp_path):
+    code = (
+        "import sys\n"
+        "from hpc import launch\n"
+        f"rc = launch.main(['--cluster', 'local', '--job_name', 'x', '--time_limit', '10', '--runs_dir', {str(tmp_path)!r},"
+        " '--config', 'smoke', '--dry_run', '--preflight'])\n"
+        "heavy = sorted(m for m in ('art', 'litellm', 'datasets', 'torch') if m in sys.modules)\n"
+        "print('HEAVY', heavy, rc)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert "HEAVY [] 1" in result.stdout, result.stdout + result.stderr  # the checks ran (and failed) in a child
+    assert "FAILED  data" in result.stdout

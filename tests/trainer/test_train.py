@@ -27,7 +27,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hpc.checkpoints import ADAPTER_CONFIG, INCOMPLETE, is_complete, list_checkpoints, step_dir
-from hpc.rundir import EXIT_STOPPED_FOR_TIME, RunDir
+from hpc.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
 from tests.doubles.art_backend import TRAINING_MARKER, read_train_log, save_adapter
 from tests.doubles.openai_server import OpenAIServer, Reply, failure, text, tool_call
 from trainer import train as trainer_train
@@ -397,7 +397,7 @@ def test_sigusr1_during_rollouts_exits_75_without_training_that_step(
     assert "abandoning" in (run.run_dir.path.parent / "slow.out").read_text()
 
 
-# -- errors: one line, exit 2 ---------------------------------------------------------------------
+# -- errors: one line, exit 78 (a configuration error: job control gives the run up) ---------------
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -405,29 +405,53 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
                           text=True, timeout=60, env={**os.environ, **(env or {})})
 
 
-def test_an_unknown_config_exits_2_with_one_line() -> None:
+def test_an_unknown_config_exits_78_with_one_line() -> None:
     result = run_cli("--config", "agent_009")
 
-    assert result.returncode == 2
+    assert result.returncode == EXIT_CONFIG_ERROR == 78
     assert result.stderr.strip().splitlines() == [
         "trainer.train: error: unknown config 'agent_009'; known configs: agent_008, smoke"]
 
 
-def test_an_unknown_override_exits_2_naming_the_accepted_keys() -> None:
+def test_an_unknown_override_exits_78_naming_the_accepted_keys() -> None:
     result = run_cli("--config", "agent_008", "learning_rat=1e-5")
 
-    assert result.returncode == 2
+    assert result.returncode == EXIT_CONFIG_ERROR
     [line] = result.stderr.strip().splitlines()
     assert "unknown config key 'learning_rat'" in line and "learning_rate" in line
 
 
-def test_missing_data_exits_2_naming_the_prepare_command(tmp_path: Path) -> None:
+def test_missing_data_exits_78_naming_the_prepare_command(tmp_path: Path) -> None:
     env = {"DATA_DIR": str(tmp_path / "no-data"), "HPC_RUN_DIR": str(tmp_path / "run")}
-    result = run_cli("--config", CONFIG, *OVERRIDES, env=env)
+    result = run_cli("--config", CONFIG, *OVERRIDES, "preflight=false", env=env)
 
-    assert result.returncode == 2
+    assert result.returncode == EXIT_CONFIG_ERROR
     [line] = result.stderr.strip().splitlines()
     assert "python -m trainer.data prepare" in line and "no-data" in line
+
+
+def test_the_preflight_fails_a_job_in_seconds_before_art_is_imported(tmp_path: Path) -> None:
+    env = {"DATA_DIR": str(tmp_path / "no-data"), "HPC_RUN_DIR": str(tmp_path / "run"),
+           "JUDGE_API_BASE": "http://127.0.0.1:9/v1", "PYTHONVERBOSE": "1"}
+    began = time.monotonic()
+    result = run_cli("--config", CONFIG, *OVERRIDES, env=env)
+
+    assert result.returncode == EXIT_CONFIG_ERROR and time.monotonic() - began < 30
+    errors = [line for line in result.stderr.splitlines() if line.startswith("preflight check")]
+    assert [line.split("'")[1] for line in errors] == ["scenarios", "judge", "data"]
+    assert "fix: stage it on a login node with internet: `python -m trainer.data prepare`" in errors[-1]
+    assert "import 'litellm'" in result.stderr  # PYTHONVERBOSE lists every import (the judge's check's)...
+    assert "import 'art'" not in result.stderr  # ... and ART's never came
+
+
+def test_a_passing_preflight_logs_its_checks_and_asks_the_judge_once(run: Run, server: OpenAIServer) -> None:
+    result = run_cli("--config", CONFIG, *OVERRIDES, "training_dataset_size=2", "preflight_min_free_gb=0",
+                     env=run.env)
+
+    assert result.returncode == 0, result.stderr
+    assert "preflight: 7 of 7 checks passed" in result.stdout and "preflight check" not in result.stderr
+    first_judge = next(r for r in server.requests if r.model == JUDGE_MODEL)
+    assert first_judge.messages == [{"role": "user", "content": "Reply with the word OK."}]
 
 
 def test_a_backend_that_cannot_be_loaded_is_a_setup_error() -> None:
