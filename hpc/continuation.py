@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from hpc import ownership
+from hpc import notify, ownership
 from hpc.checkpoints import latest_complete, quarantine_incomplete
 from hpc.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
 
@@ -404,6 +404,7 @@ def carry_out(a: EndArgs, decision: Decision, ledger: list[dict[str, Any]], done
     if decision.action == FINISH:
         if not any(r.get("event") == "done" for r in ledger):
             run.append_ledger("done", step=(done or {}).get("final_step"))
+            notify.tell(run, "done")  # the webhook, if any (hpc/notify.py)
     elif decision.action == GIVE_UP:
         last = next((r for r in reversed(ledger) if r.get("event") == "job_end"), {})
         give_up(run, decision.reason, a.log_err, last.get("error"))
@@ -450,6 +451,7 @@ def give_up(run: RunDir, reason: str, log_err: str | None, error: str | None = N
     run.mark_failed(reason, log_tail=log_err, error=error)
     run.append_ledger("failed", reason=reason, log_tail=log_err, **({"error": error} if error else {}))
     print(f"[continuation] run {run.name} marked failed: {reason}; log: {log_err or '-'}", file=sys.stderr)
+    notify.tell(run, "failed", error or reason)  # the webhook, if any (hpc/notify.py)
 
 
 # -- command line ---------------------------------------------------------------------

@@ -6,9 +6,10 @@ so a value in common.env may refer to one a cluster file sets (``${SCRATCH}/art`
 and the user's .env can redefine the base it builds on. Names not set by any
 layer come from the launcher's own environment (SCRATCH on a TACC login node).
 
-Secrets (names ending in _KEY, _TOKEN, _SECRET, or containing PASSWORD) never
-go into a rendered script; they are written to a 0600 file the job sources at
-run time. A value that interpolates a secret is itself treated as a secret, so
+Secrets (names ending in _KEY, _TOKEN, _SECRET, or containing PASSWORD or
+WEBHOOK: a webhook's URL carries its token) never go into a rendered script;
+they are written to a 0600 file the job sources at run time. A value that
+interpolates a secret is itself treated as a secret, so
 ``JUDGE_URL=https://u:${API_KEY}@host`` cannot leak the key.
 """
 
@@ -27,12 +28,13 @@ NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Only the braced form, as python-dotenv does: a bare "$" (say in a password) stays literal.
 _REFERENCE_RE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 SECRET_SUFFIXES = ("_KEY", "_TOKEN", "_SECRET")
+SECRET_WORDS = ("PASSWORD", "WEBHOOK")  # anywhere in the name (a webhook URL holds its token)
 REDACTED = "***"
 
 
 def is_secret_name(name: str) -> bool:
     upper = name.upper()
-    return upper.endswith(SECRET_SUFFIXES) or "PASSWORD" in upper
+    return upper.endswith(SECRET_SUFFIXES) or any(word in upper for word in SECRET_WORDS)
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,15 @@ held-out questions), the ledger (where each job began) and the evaluations of
 - ``report.md``: the same figures as tables, and the pictures.
 
 Other modules add sections (``SECTIONS``: a function of the run returning
-Markdown lines, writing its own pictures), e.g. accounting. matplotlib is
+Markdown lines, writing its own pictures), e.g. hpc/accounting_report.py's
+(``SECTION_MODULES`` are loaded when a report is written). matplotlib is
 imported here only: the launcher never loads this module.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -42,7 +44,8 @@ PUBLISHED = {
 FIG_SIZE = (10, 6)
 DPI = 100
 Section = Callable[[RunDir, Path], list[str]]
-SECTIONS: list[Section] = []  # more report sections (hpc/accounting.py registers one)
+SECTIONS: list[Section] = []  # more report sections, registered by the modules below when loaded
+SECTION_MODULES = ("hpc.accounting_report",)  # loaded by write_report (they import this module)
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,8 @@ def write_report(run: RunDir) -> Path:
     plot_models(bars, key, out / "models.png")
     lines += ["## Models on the same questions", "", f"Questions: `{key}`.", "", "![accuracy by model](models.png)",
               "", *models_table(bars), ""]
+    for module in SECTION_MODULES:
+        importlib.import_module(module)
     for section in SECTIONS:
         lines += section(run, out)
     report = out / "report.md"

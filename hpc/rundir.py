@@ -15,6 +15,7 @@ Layout of ``<runs_dir>/<job_name>/``::
     logs/<job>-<id>.out     Slurm stdout/stderr (``%x-%j``), appended across requeues
     progress.json           written by the trainer after every step (atomic rename)
     steps.jsonl             one record per trained step (times, reward, spread, job id): reports, accounting
+    stops.jsonl             one record per workload stop: boundary | signal | finished, lost rollout-seconds; hpc/deadline.py
     validation.jsonl        one record per completed validation (step, summary); trainer/validation.py
     validation/step_NNNN.jsonl   that validation's per-question records
     evaluations/<split>/<model>/  records.jsonl + summary.json of `python -m trainer.eval`
@@ -203,6 +204,18 @@ class RunDir:
 
     def read_steps(self) -> list[dict[str, Any]]:
         return read_jsonl(self.steps_file)
+
+    @property
+    def stops_file(self) -> Path:
+        return self.path / "stops.jsonl"
+
+    def append_stop(self, record: dict[str, Any]) -> None:
+        """Why a job's workload stopped (hpc.deadline.StopRecord), with the job and the time."""
+        append_jsonl(self.stops_file, {**record, "job_id": os.environ.get("SLURM_JOB_ID", "local"),
+                                       "time": utc_now()})
+
+    def read_stops(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.stops_file)
 
     def read_validations(self) -> list[dict[str, Any]]:
         """Completed validations, oldest first (a torn last line is skipped)."""

@@ -29,16 +29,19 @@ import signal
 import socket
 import subprocess
 import sys
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # `python -I` adds neither the cwd nor PYTHONPATH
 
+from hpc import accounting  # noqa: E402
 from hpc.checkpoints import latest_complete  # noqa: E402
 from hpc.continuation import continuations  # noqa: E402
 from hpc.rundir import RunDir  # noqa: E402
+from hpc.health import Flag, HealthSettings, SettingError, check as health_check  # noqa: E402
 from hpc.serving import address_of, ssh_line  # noqa: E402
 
 PROG = os.environ.get("HPC_PROG") or "monitor.py"
@@ -256,17 +259,13 @@ def queue_view(user: str, runs_dir: Path, only: str) -> None:
 # --- runs -----------------------------------------------------------------------------
 
 
-def job_states(job_ids: set[str], active: dict[str, str]) -> dict[str, str]:
-    """State of each job: the queue's while it is queued or running, else accounting's."""
-    states = {job: active[job] for job in job_ids if job in active}
-    rest = sorted(job_ids - set(states))
-    if rest:
-        result = run(["sacct", "-X", "-n", "-P", "--delimiter=" + FS, "-j", ",".join(rest), "-o", "JobID,State"])
-        for line in result.stdout.splitlines():
-            job, _, state = line.partition(FS)
-            if job in rest and state:
-                states[job] = state.split()[0]  # "CANCELLED by 0" -> CANCELLED
-    return states
+def sacct_rows(job_ids: set[str]) -> list[accounting.SacctRow]:
+    """Every run of these jobs, in one sacct call for all runs (status.sh refreshes every
+    few seconds); a sacct that fails leaves states and GPU-hours unknown, not the view."""
+    try:
+        return accounting.query_sacct(job_ids, timeout=120)
+    except accounting.SacctError:
+        return []
 
 
 def pick_job(job_ids: list[str], active: dict[str, str]) -> str:
@@ -300,7 +299,8 @@ def cancelled_by_user(records: list[dict]) -> bool:
     return bool(events) and events[-1] == "cancelled"
 
 
-def run_row(run_dir: RunDir, job: str, state: str, records: list[dict]) -> list[object]:
+def run_row(run_dir: RunDir, job: str, state: str, records: list[dict],
+            account: Optional[accounting.RunAccounting] = None, flags: Sequence[Flag] = ()) -> list[object]:
     progress = read_marker(run_dir.read_progress)
     done, failed = read_marker(run_dir.read_done), read_marker(run_dir.read_failed)
     step, total = progress.get("step"), progress.get("total_steps")
@@ -313,13 +313,85 @@ def run_row(run_dir: RunDir, job: str, state: str, records: list[dict]) -> list[
     elif cancelled_by_user(records):
         result = "cancelled (launch again to resume)"
     else:
-        result = "-"
+        result = "; ".join(flag.message for flag in flags) or "-"
     step_text = "-" if step is None else f"{step}/{'?' if total is None else total}"
     reward = progress.get("reward_mean")
     reward_text = f"{reward:.3f}" if isinstance(reward, (int, float)) and not isinstance(reward, bool) else "-"
-    eta = "-" if result != "-" else duration(progress.get("eta_seconds"))
+    eta = "-" if done or failed or result.startswith("cancelled") else duration(progress.get("eta_seconds"))
     return [run_dir.name, job or "-", state or "-", step_text, checkpoint_text(records), reward_text,
-            validation_text(run_dir), eta, continuations(records), result]
+            validation_text(run_dir), eta, gpu_hours_text(account), continuations(records), result]
+
+
+def gpu_hours_text(account: Optional[accounting.RunAccounting]) -> str:
+    """GPU-hours charged so far; '-' before any job of the run started."""
+    if account is None or not any(job.start for job in account.jobs):
+        return "-"
+    return accounting.hours(account.gpu_hours)
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run as the runs view shows it: its job and that job's state, its accounting, its health."""
+
+    run_dir: RunDir
+    records: list[dict]
+    job: str
+    state: str
+    account: accounting.RunAccounting
+    flags: list[Flag]
+
+    def row(self) -> list[object]:
+        return run_row(self.run_dir, self.job, self.state, self.records, self.account, self.flags)
+
+
+class Chargings:
+    """How each cluster charges (hpc/clusters.yaml), loaded once, and only for runs that have jobs."""
+
+    def __init__(self) -> None:
+        self.known: dict[Optional[str], Optional[accounting.Charging]] = {}
+
+    def of(self, records: list[dict]) -> Optional[accounting.Charging]:
+        cluster = accounting.cluster_of(records)
+        if cluster not in self.known:
+            try:
+                self.known[cluster] = accounting.charging_of(cluster)
+            except (ImportError, OSError, ValueError):  # no registry here: charged as allocated
+                self.known[cluster] = None
+        return self.known[cluster]
+
+
+def health_settings() -> HealthSettings:
+    try:
+        return HealthSettings.from_env()
+    except SettingError as err:
+        raise Failure(str(err), 2)
+
+
+def run_views(user: str, runs: list[RunDir]) -> list[RunView]:
+    """Every run's view, from one squeue and one sacct call for all of them."""
+    records = {r.path: ledger(r) for r in runs}
+    active = {job: state for job, state, *_ in user_queue(user)}
+    rows = sacct_rows({job for recs in records.values() for job in ledger_job_ids(recs)})
+    states = {**accounting.latest_states(rows), **active}
+    starts, chargings = accounting.job_starts(records.values()), Chargings()
+    settings, now = health_settings(), datetime.now(timezone.utc)
+    views = []
+    for run_dir in runs:
+        recs = records[run_dir.path]
+        job = pick_job(ledger_job_ids(recs), active)
+        files = accounting.RunFiles.read(run_dir, recs)
+        account = accounting.account(run_dir.name, files, rows, chargings.of(recs), starts, now)
+        flags = run_health(run_dir, files, account, job, states.get(job, ""), settings, now)
+        views.append(RunView(run_dir, recs, job, states.get(job, ""), account, flags))
+    return views
+
+
+def run_health(run_dir: RunDir, files: accounting.RunFiles, account: accounting.RunAccounting, job: str,
+               state: str, settings: HealthSettings, now: datetime) -> list[Flag]:
+    """STALLED (the running job made no step in a while) and COLLAPSED (no reward spread): hpc/health.py."""
+    start = next((j.start for j in reversed(account.jobs) if j.job_id == job and j.end is None), None)
+    validations = accounting.objects(run_dir.read_validations)
+    return health_check(files.steps, validations, job, state, start, now, settings)
 
 
 def runs_view(user: str, runs_dir: Path, only: str) -> None:
@@ -328,18 +400,24 @@ def runs_view(user: str, runs_dir: Path, only: str) -> None:
         missing = "" if runs_dir.is_dir() else " (the directory does not exist)"
         print(f"No runs under {runs_dir}{missing}" + (f" named {only}" if only else ""))
         return
-    records = {run_dir.path: ledger(run_dir) for run_dir in runs}
-    active = {job: state for job, state, *_ in user_queue(user)}
-    chosen = {path: pick_job(ledger_job_ids(recs), active) for path, recs in records.items()}
-    states = job_states({job for job in chosen.values() if job}, active)
-    rows = [run_row(r, chosen[r.path], states.get(chosen[r.path], ""), records[r.path]) for r in runs]
+    views = run_views(user, runs)
     print(f"Runs under {runs_dir}:")
-    headers = ["RUN", "JOB", "STATE", "STEP", "CKPT", "REWARD", "VAL", "ETA", "CONT", "RESULT"]
-    for line in table(headers, rows):
+    headers = ["RUN", "JOB", "STATE", "STEP", "CKPT", "REWARD", "VAL", "ETA", "GPU-H", "CONT", "RESULT"]
+    for line in table(headers, [view.row() for view in views]):
         print(line)
-    for run_dir in runs:
-        if states.get(chosen[run_dir.path]) == "RUNNING":
-            print_service(run_dir)
+    print_goodput(views)
+    for view in views:
+        if view.state == "RUNNING":
+            print_service(view.run_dir)
+
+
+def print_goodput(views: list[RunView]) -> None:
+    """Under the table, one line per run that has had a job: goodput, GPU-hours, to finish."""
+    lines = [accounting.summary_line(v.account) for v in views if any(j.start for j in v.account.jobs)]
+    if lines:
+        print("\nGPU-hours (python -m hpc.accounting RUN for the breakdown):")
+    for line in lines:
+        print(f"  {printable(line)}")
 
 
 def print_service(run_dir: RunDir) -> None:

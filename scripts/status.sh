@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One screen for "how are my runs doing": the user's queued and running jobs,
 # then one line per run directory (latest job and its state, step/total from
-# progress.json, latest complete checkpoint, reward, ETA, continuations,
-# finished/failed).
+# progress.json, latest complete checkpoint, reward, ETA, GPU-hours,
+# continuations, finished/failed/stalled/collapsed), and each run's goodput.
 set -euo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -19,9 +19,20 @@ them one line per run under the runs directory:
   REWARD  reward mean of the latest step
   VAL     latest validation accuracy @ its step, and the best step (kept when pruning)
   ETA     from the trainer's estimate
+  GPU-H   GPU-hours charged so far (elapsed x GPUs allocated, or x the node's
+          GPUs where the cluster charges whole nodes; sacct's records)
   CONT    continuations so far (requeues + resubmissions)
   RESULT  finished, failed: <reason>, cancelled (scancel'ed; launch again to
-          resume), or - while training
+          resume), - while training, or a health flag while training:
+          STALLED    the job is RUNNING but made no step in HPC_STALL_FACTOR (3)
+                     x its usual step time (at least HPC_STALL_MIN, 60 s; from
+                     its start, HPC_STALL_STARTUP (1800 s) more for start-up)
+          COLLAPSED  the reward spread within every group was 0 for the last
+                     HPC_COLLAPSE_STEPS (10) steps: GRPO learns nothing
+Under the table, one line per run that has had a job: goodput (training step
+time / allocated time), GPU-hours charged and lost (start-up, validation,
+abandoned work, idle), GPU-hours per step and to finish.
+The breakdown per job: .venv/bin/python -m hpc.accounting RUN
 
   --run NAME        only this run (a directory under the runs directory) and its jobs
   --watch SECONDS   refresh every SECONDS until interrupted (Ctrl-C)

@@ -66,7 +66,8 @@ def test_bare_dollar_is_literal():
     assert merge_layers([layer("c", PASSWORD="pa$$word$x")], {}).values["PASSWORD"] == "pa$$word$x"
 
 
-@pytest.mark.parametrize("name", ["OPENAI_API_KEY", "HF_TOKEN", "CLIENT_SECRET", "DB_PASSWORD", "password_file", "wandb_api_key"])
+@pytest.mark.parametrize("name", ["OPENAI_API_KEY", "HF_TOKEN", "CLIENT_SECRET", "DB_PASSWORD", "password_file", "wandb_api_key",
+                                  "HPC_WEBHOOK_URL", "slack_webhook"])
 def test_secret_names_are_recognised(name):
     assert is_secret_name(name)
 
@@ -81,6 +82,12 @@ def test_secrets_are_redacted_and_kept_out_of_public_values():
     assert merged.redacted() == {"GEMINI_API_KEY": REDACTED, "JUDGE_MODEL": "m"}
     assert merged.public() == {"JUDGE_MODEL": "m"}
     assert merged.secret_values() == {"GEMINI_API_KEY": "g-123"}
+
+
+def test_a_webhook_url_lives_only_in_the_secrets_its_token_is_in_it():
+    merged = merge_layers([layer(".env", HPC_WEBHOOK_URL="https://hooks.example/T0/B0/tok3n")], {})
+    assert merged.public() == {} and merged.redacted() == {"HPC_WEBHOOK_URL": REDACTED}
+    assert merged.secret_values() == {"HPC_WEBHOOK_URL": "https://hooks.example/T0/B0/tok3n"}
 
 
 def test_a_value_built_from_a_secret_is_itself_secret():

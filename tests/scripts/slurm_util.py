@@ -97,6 +97,7 @@ def load_monitor() -> ModuleType:
     spec = importlib.util.spec_from_file_location("hpc_monitor_report", SCRIPTS / "monitor.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
 
@@ -117,7 +118,9 @@ def bin_without_slurm(directory: Path) -> Path:
 # A stand-in Slurm command. Every call is appended to $FAKE_SLURM_LOG as a JSON
 # list. squeue prints $FAKE_SLURM_DIR/jobs.json through its -o format (%i, %T,
 # ... are keys of each job); sacct answers -j queries from states.json ({id:
-# state}) and prints nothing otherwise; other commands just succeed.
+# state}, or {id: {field: value}} or a list of those, one per run of a requeued
+# job), one row per run with the -o fields (JobID, State, the rest from the dict
+# or empty), and prints nothing otherwise; other commands just succeed.
 _FAKE_TOOL = textwrap.dedent("""\
     #!{python}
     import json, os, re, sys
@@ -134,9 +137,13 @@ _FAKE_TOOL = textwrap.dedent("""\
             sys.stdout.write(re.sub("%([a-zA-Z])", lambda m: str(job.get(m.group(1), "")), fmt) + "\\n")
     elif name == "sacct" and "-j" in args:
         states = load("states.json", {{}})
+        fields = args[args.index("-o") + 1].split(",") if "-o" in args else ["JobID", "State"]
         for job in args[args.index("-j") + 1].split(","):
-            if job in states:
-                sys.stdout.write(job + "\\x1f" + states[job] + "\\n")
+            runs = states.get(job, [])
+            for run in runs if isinstance(runs, list) else [runs]:
+                run = run if isinstance(run, dict) else {{"State": run}}
+                values = {{"JobID": job, **run}}
+                sys.stdout.write("\\x1f".join(str(values.get(f, "")) for f in fields) + "\\n")
     """)
 
 

@@ -166,7 +166,7 @@ def test_unreadable_markers_and_torn_ledgers_do_not_break_a_row(tmp_path):
     run.progress_file.write_text("[1, 2]")
     os.mkdir(run.done_file)  # a directory where a file should be
     row = monitor.run_row(run, "9", "RUNNING", monitor.ledger(run))
-    assert row == ["r", "9", "RUNNING", "-", "-", "-", "-", "-", 1, "-"]
+    assert row == ["r", "9", "RUNNING", "-", "-", "-", "-", "-", "-", 1, "-"]
 
 
 def test_the_validation_column_shows_the_latest_accuracy_and_the_best_step(tmp_path):

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -222,11 +223,12 @@ def test_status_lists_the_queue_and_one_line_per_run(tmp_path):
     assert _row(queue, "102") == ["102", "PENDING", "Dependency", "0:00/2-00:00:00", "1", "-", "r-train"]
     assert _row(queue, "103")[-1] == "odd 'name' |x\\nline2"
     assert table.startswith(f"Runs under {runs}:\nRUN ")
-    assert _row(table, "r-train") == ["r-train", "101", "RUNNING", "212/628", "-", "0.830", "-", "1d11h", "2", "-"]
-    assert _row(table, "r-done") == ["r-done", "90", "COMPLETED", "10/10", "-", "-", "-", "-", "0", "finished"]
+    assert _row(table, "r-train") == ["r-train", "101", "RUNNING", "212/628", "-", "0.830", "-", "1d11h", "-", "2",
+                                      "-"]
+    assert _row(table, "r-done") == ["r-done", "90", "COMPLETED", "10/10", "-", "-", "-", "-", "-", "0", "finished"]
     assert _row(table, "r-failed")[-1] == "failed: 2 failed job(s) in a row without progress"
     assert _row(table, "r-failed")[7] == "-"  # no ETA for a run that is over
-    assert _row(table, "r-stopped") == ["r-stopped", "60", "CANCELLED", "4/10", "-", "-", "-", "-", "0",
+    assert _row(table, "r-stopped") == ["r-stopped", "60", "CANCELLED", "4/10", "-", "-", "-", "-", "-", "0",
                                         "cancelled (launch again to resume)"]
     assert "20261101T000000Z" not in table
     squeue_calls = [c for c in calls(tmp_path / "fake") if c[0] == "squeue"]
@@ -240,6 +242,62 @@ def test_status_lists_the_queue_and_one_line_per_run(tmp_path):
     missing = run_script("status.sh", "--runs_dir", str(runs), "--run", "nope", env=env)
     assert missing.returncode == 2 and f"bad --run 'nope' (accepted: the name of a run directory under {runs})" \
         in missing.stderr
+
+
+def _sacct_time(seconds_ago: float) -> str:
+    """A time as sacct prints it: local, without a zone."""
+    return (datetime.now() - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _utc(seconds_ago: float) -> str:
+    return (datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)).isoformat(timespec="seconds")
+
+
+def test_status_shows_gpu_hours_goodput_and_health_flags_from_one_sacct_call(tmp_path):
+    """r-stuck: job 201 has run 40 minutes on 2 GPUs, made ten 60 s steps without any reward
+    spread and none in the last 20 minutes; r-ok: job 202 ran 10 minutes and finished."""
+    runs = tmp_path / "runs"
+    stuck = RunDir(runs / "r-stuck")
+    stuck.path.mkdir(parents=True)
+    stuck.ledger.write_text(f'{{"event": "submit", "job_id": "201", "cluster": "local", "time": "{_utc(2460)}"}}\n')
+    stuck.write_progress({"step": 10, "total_steps": 40, "eta_seconds": 1800})
+    stuck.steps_file.write_text("".join(
+        f'{{"step": {k + 1}, "seconds": 60, "ended": "{_utc(1200 + 60 * (9 - k))}", "job_id": "201", '
+        '"reward_spread": 0.0}\n' for k in range(10)))
+    ok = RunDir(runs / "r-ok")
+    ok.path.mkdir(parents=True)
+    ok.ledger.write_text(f'{{"event": "submit", "job_id": "202", "cluster": "local", "time": "{_utc(2460)}"}}\n')
+    ok.mark_done(5, 5)
+    row = {"Submit": _sacct_time(2460), "Eligible": _sacct_time(2460), "NNodes": "1",
+           "AllocTRES": "billing=2,cpu=2,gres/gpu=2,node=2"}
+    states = {"201": {**row, "State": "RUNNING", "Start": _sacct_time(2400), "End": "Unknown", "ElapsedRaw": "2400"},
+              "202": {**row, "State": "COMPLETED", "Start": _sacct_time(1200), "End": _sacct_time(600),
+                      "ElapsedRaw": "600", "AllocTRES": "cpu=1,gres/gpu=1,node=1"}}
+    jobs = [{"i": "201", "T": "RUNNING", "r": "None", "M": "40:00", "l": "2:00:00", "D": "1", "N": "n1",
+             "j": "r-stuck"}]
+    env = fake_slurm(tmp_path / "fake", jobs=jobs, states=states)
+
+    result = run_script("status.sh", "--runs_dir", str(runs), env=env)
+    assert result.returncode == 0, result.stderr
+    table = result.stdout.split("\n\n", 1)[1]
+    stuck_row = _row(table, "r-stuck")
+    assert stuck_row[:10] == ["r-stuck", "201", "RUNNING", "10/40", "-", "-", "-", "30m", "1.33", "0"]
+    assert stuck_row[10].startswith("STALLED: no step for 20m")
+    assert "; COLLAPSED: reward spread 0 in every group for the last 10 steps" in stuck_row[10]
+    assert _row(table, "r-ok")[8:] == ["0.167", "0", "finished"]
+    assert re.search(r"^GPU-hours \(python -m hpc.accounting RUN for the breakdown\):\n"
+                     r"  r-ok: goodput 0\.00, 0\.167 GPU-h charged, 0\.167 lost \(start-up 0\.167\), queued 2\dm\d\ds\n"
+                     r"  r-stuck: goodput 0\.50, 1\.33 GPU-h charged, 0\.333 lost \(start-up 0\.333\), "
+                     r"queued (59s|1m0\ds), 0\.066\d GPU-h/step, ~2 GPU-h to finish$", table, re.M), table
+    sacct_calls = [c for c in calls(tmp_path / "fake") if c[0] == "sacct" and "-j" in c]
+    assert len(sacct_calls) == 1 and sacct_calls[0][sacct_calls[0].index("-j") + 1] == "201,202"
+
+    patient = run_script("status.sh", "--runs_dir", str(runs), env={**env, "HPC_STALL_MIN": "1500"})
+    assert "STALLED" not in patient.stdout and "COLLAPSED" in patient.stdout
+    bad = run_script("status.sh", "--runs_dir", str(runs), env={**env, "HPC_COLLAPSE_STEPS": "many"})
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == ("status.sh: invalid HPC_COLLAPSE_STEPS 'many': accepted a whole number >= 1 "
+                                  "(default 10)")
 
 
 def test_status_watch_refreshes_until_its_count(tmp_path):
@@ -468,7 +526,7 @@ def test_status_shows_a_launched_runs_step_checkpoint_and_result(ended_jobs):
     assert result.returncode == 0, result.stderr
     table = result.stdout.split("\n\n", 1)[1]
     assert _row(table, name) == [name, ended_jobs["jobs"]["launched"], "COMPLETED", "2/2", "2", "-", "-", "-", "0",
-                                 "finished"]
+                                 "0", "finished"]  # GPU-H 0: a job without GPUs
 
 
 @pytest.mark.slurm
@@ -490,7 +548,8 @@ def test_status_shows_a_queued_job_and_its_runs_progress(slurm, tmp_path):
         job, state, reason, elapsed, nodes, nodelist, job_name = _row(queue, jobs[0])
         assert job_name == run.name and nodes == "1" and re.fullmatch(r"\d+:\d\d/5:00", elapsed)
         assert (state, reason) == ("RUNNING", "-") and re.fullmatch(r"n\d+", nodelist)
-        assert _row(table, run.name) == [run.name, jobs[0], "RUNNING", "212/628", "-", "0.830", "-", "1d11h", "1", "-"]
+        assert _row(table, run.name) == [run.name, jobs[0], "RUNNING", "212/628", "-", "0.830", "-", "1d11h", "0",
+                                         "1", "-"]
     finally:
         cancel(jobs)
 
