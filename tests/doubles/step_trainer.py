@@ -2,7 +2,7 @@
 saves a LoRA checkpoint per step in ART's LocalBackend layout.
 
     python -m tests.doubles.step_trainer --config X [steps=N] [step_seconds=2] [crash=always]
-        [crash_at=K] [save_sleep=S] [save_sleep_at=K]
+        [crash_at=K] [save_sleep=S] [save_sleep_at=K] [startup_seconds=S] [hang_at=K]
         [preflight=CONFIG] [preflight_overrides=KEY=VALUE,KEY=VALUE]
 
 Same argv shape and contract as the real trainer (docs/design.md):
@@ -19,7 +19,10 @@ Same argv shape and contract as the real trainer (docs/design.md):
 - writes progress.json after every step, done.json after the last one (exit 0);
 - on SIGUSR1/SIGTERM finishes the step in flight, saves it, and exits 75;
 - ``crash=always`` exits 1 before training anything; ``crash_at=K`` exits 3
-  instead of training step K (once per run).
+  instead of training step K (once per run);
+- ``startup_seconds=S`` takes S seconds before the first step (model load, vLLM);
+  ``hang_at=K`` makes no step K and no progress until a stop signal (once per
+  run: a stalled trainer, for the health checks).
 
 - ``preflight=CONFIG`` first runs the trainer's own preflight (trainer/preflight.py)
   for that trainer config (with ``preflight_overrides``) and the job's environment,
@@ -54,6 +57,8 @@ class Options:
     step_seconds: float = 2.0
     crash: str = "never"
     crash_at: int = 0
+    startup_seconds: float = 0.0  # before the first step, as a model load
+    hang_at: int = 0  # stall before this step until a stop signal
     save_sleep: float = 0.0
     save_sleep_at: int = 0
     preflight: str = ""  # a trainer config: run trainer/preflight.py's checks for it first
@@ -73,7 +78,7 @@ def parse_args(argv: list[str]) -> Options:
         if not sep or key not in Options.__dataclass_fields__:
             raise SystemExit(f"step_trainer: unknown argument {arg!r}")
         values[key] = value
-    types = {"steps": int, "step_seconds": float, "crash": str, "crash_at": int, "save_sleep": float,
+    types = {"steps": int, "step_seconds": float, "crash": str, "crash_at": int, "startup_seconds": float, "hang_at": int, "save_sleep": float,
              "save_sleep_at": int, "preflight": str, "preflight_overrides": str}
     return Options(**{k: types[k](v) for k, v in values.items()})
 
@@ -167,10 +172,16 @@ def train(run: RunDir, model_dir: Path, opts: Options) -> int:
         save_checkpoint(model_dir, run, 0, opts)
     start_step = latest.step if latest else 0
     print(f"step_trainer: resuming from step {start_step} of {opts.steps}", flush=True)
+    if wait_for_stop(opts.startup_seconds):  # a stop during the start-up: nothing trained
+        return EXIT_STOPPED_FOR_TIME
     step = start_step
     for step in range(start_step + 1, opts.steps + 1):
         if STOP:
             print(f"step_trainer: stopped ({STOP[0]}) at step {step - 1}", flush=True)
+            return EXIT_STOPPED_FOR_TIME
+        if opts.hang_at == step and once(run, f"hang_at_{step}"):
+            print(f"step_trainer: hanging before step {step} (hang_at) until a stop signal", flush=True)
+            wait_for_stop(float("inf"))
             return EXIT_STOPPED_FOR_TIME
         if opts.crash_at == step and once(run, f"crash_at_{step}"):
             print(f"step_trainer: crashing at step {step} (crash_at)", file=sys.stderr, flush=True)
@@ -185,6 +196,14 @@ def train(run: RunDir, model_dir: Path, opts: Options) -> int:
     run.mark_done(step, opts.steps)
     print(f"step_trainer: finished at step {step}", flush=True)
     return 0
+
+
+def wait_for_stop(seconds: float) -> bool:
+    """Sleep up to ``seconds``; True as soon as a stop signal came."""
+    end = time.time() + seconds
+    while not STOP and time.time() < end:
+        time.sleep(min(0.1, max(0.0, end - time.time())))
+    return bool(STOP)
 
 
 def preflight(opts: Options) -> int:
