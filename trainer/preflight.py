@@ -79,6 +79,7 @@ NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.ENOTDIR)
 WANDB_OFF_MODES = ("offline", "disabled", "dryrun")
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 MESSAGE_CHARS = 300
+JUDGE_PING = "Reply with the word OK."  # the judge check's one tiny request (test doubles recognise it)
 STAGE_HINT = "stage it on a login node with internet: `python -m trainer.data prepare` (DATA_DIR chooses where)"
 
 
@@ -469,7 +470,7 @@ def ask_judge(ctx: Context, target: JudgeTarget) -> Check:
     try:
         with warnings.catch_warnings():  # litellm's pydantic chatter is no error line either
             warnings.simplefilter("ignore")
-            litellm.completion(model=model, messages=[{"role": "user", "content": "Reply with the word OK."}],
+            litellm.completion(model=model, messages=[{"role": "user", "content": JUDGE_PING}],
                                max_tokens=8, temperature=0, drop_params=True, timeout=ctx.timeout,
                                max_retries=0, **connection)
     except Exception as error:  # litellm maps every provider's and the network's errors to its own

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from hpc.rundir import RunDir
-from tests.doubles.openai_server import OpenAIServer, Reply
+from tests.doubles.openai_server import OpenAIServer, Reply, text
 from tests.hpc.slurm_helpers import cancel, launch
 from tests.scripts.slurm_util import wait_final
+from trainer.preflight import JUDGE_PING
 from tests.trainer.test_validation import PLANTED, planted_agent
 
 pytestmark = pytest.mark.slurm
@@ -28,6 +29,8 @@ def test_usr1_during_a_validation_loses_no_step_and_the_next_job_validates_once(
     validating, jobs = threading.Event(), []
 
     def respond(body: dict) -> Reply:
+        if body["messages"][-1]["content"] == JUDGE_PING:  # the trainer's preflight asks the judge once
+            return text("OK")
         reply = agent(body)
         if body.get("model") != JUDGE and body["messages"][-1]["content"] in questions and not validating.is_set():
             validating.set()  # the first validation question: hold it while the job is told to stop
