@@ -31,12 +31,6 @@ it came: whether it has already requeued the job itself (preemption, an
 admin's ``scontrol requeue``: continuing it again would start a second job on
 the same run), and whether a user cancelled it (``scancel``: the user wants
 the run stopped, and a requeue would undo that).
-
-Slurm is asked two things at the end, because a TERM alone does not say why
-it came: whether it has already requeued the job itself (preemption, an
-admin's ``scontrol requeue``: continuing it again would start a second job on
-the same run), and whether a user cancelled it (``scancel``: the user wants
-the run stopped, and a requeue would undo that).
 """
 
 from __future__ import annotations
@@ -345,9 +339,15 @@ def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int) -> int:
         quarantine_incomplete(model_dir)
         step = current_step(model_dir)
         run.append_ledger("job_start", job_id=job_id, step=step, restart_count=restart_count,
-                          err_offset=log_size(run.log_paths(job_id)[1]))
+                          err_offset=log_size(run.log_paths(job_id)[1]), **pack_share())
     print(f"[continuation] job {job_id} starts from step {step} (restart {restart_count})")
     return 0
+
+
+def pack_share() -> dict[str, int]:
+    """In a pack job (hpc/pack.py): how many runs share it, so accounting charges each its part."""
+    runs = os.environ.get("HPC_PACK_RUNS", "")
+    return {"pack_runs": int(runs)} if runs.isdigit() else {}
 
 
 def close_lost_job(run: RunDir, lost: dict[str, Any], step: int, job_id: str) -> None:
@@ -374,6 +374,7 @@ class EndArgs:
     max_failures: int
     log_err: str | None
     restart_count: int = 0
+    packed: bool = False  # one run of a pack job: hpc.pack continues the job, once, for all its runs
 
 
 def end(a: EndArgs) -> Decision:
@@ -401,6 +402,9 @@ def end(a: EndArgs) -> Decision:
 
 def carry_out(a: EndArgs, decision: Decision, ledger: list[dict[str, Any]], done: dict[str, Any] | None) -> None:
     run = a.run
+    if a.packed and decision.action in (REQUEUE, RESUBMIT):
+        print(f"[continuation] run {run.name} is in a pack job: the pack continues it (hpc.pack end)")
+        return
     if decision.action == FINISH:
         if not any(r.get("event") == "done" for r in ledger):
             run.append_ledger("done", step=(done or {}).get("final_step"))
@@ -473,6 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max_resubmits", type=int, required=True)
     e.add_argument("--max_failures", type=int, required=True)
     e.add_argument("--log_err", default=None)
+    e.add_argument("--packed", action="store_true", help="a run of a pack job: record and decide, continue nothing")
     return p
 
 
@@ -484,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         return begin(run, args.model_dir, args.job_id, int(os.environ.get("SLURM_RESTART_COUNT") or 0))
     end(EndArgs(run, args.model_dir, args.job_id, args.exit_code, args.mode, args.script,
                 args.max_resubmits, args.max_failures, args.log_err,
-                int(os.environ.get("SLURM_RESTART_COUNT") or 0)))
+                int(os.environ.get("SLURM_RESTART_COUNT") or 0), args.packed))
     return 0
 
 

@@ -21,9 +21,16 @@ Layout of ``<runs_dir>/<job_name>/``::
     evaluations/<split>/<model>/  records.jsonl + summary.json of `python -m trainer.eval`
     report/                 `python -m hpc.report`: report.md and its PNG figures
     serve/                  a serve job's address.json (where it listens), token (0600), vllm.log
+    sweep_member.json       the sweep this run belongs to and its values (hpc/sweeps.py)
+    judge/                  an in-job judge's vllm.log and address (sbatch/_judge_server.sh.j2)
     done.json               written once when all training steps are finished
     failed.json             written when the run is given up (crash guard): reason, log, the error line
     .lock                   flock target serialising launches and ledger appends
+
+A sweep (hpc/sweeps.py) also has ``<runs_dir>/<sweep>/`` (``SweepDir``): ``sweep.json``
+(its runs and their values), ``scripts/`` and ``logs/`` of the pack jobs that run
+several of its runs at once (hpc/packing.py), ``secrets.env`` for those jobs, and
+``.lock``. It has no ledger: every job is recorded in the ledgers of the runs it runs.
 """
 
 from __future__ import annotations
@@ -128,6 +135,21 @@ class RunDir:
     @property
     def serve_dir(self) -> Path:
         return self.path / "serve"
+
+    @property
+    def sweep_member_file(self) -> Path:
+        return self.path / "sweep_member.json"
+
+    def read_sweep_member(self) -> dict[str, Any] | None:
+        """``{"sweep": name, "values": {key: value}}`` for a run launched by a sweep, else None."""
+        return read_json(self.sweep_member_file)
+
+    def write_sweep_member(self, sweep: str, values: dict[str, str]) -> None:
+        write_json_atomic(self.sweep_member_file, {"sweep": sweep, "values": values})
+
+    @property
+    def judge_dir(self) -> Path:
+        return self.path / "judge"
 
     @property
     def lock_file(self) -> Path:
@@ -241,6 +263,25 @@ class RunDir:
         """``error``: the failed job's own last error line (its .err log), quoted as is."""
         write_json_atomic(self.failed_file, {"reason": reason, "log_tail": log_tail, "error": error,
                                              "time": utc_now()})
+
+
+@dataclass(frozen=True)
+class SweepDir(RunDir):
+    """``<runs_dir>/<sweep>/``: a sweep's record and its pack jobs' scripts, logs and secrets
+    (the RunDir paths of the same names), never a run's state: it has no ledger."""
+
+    @property
+    def record_file(self) -> Path:
+        return self.path / "sweep.json"
+
+    def read_record(self) -> dict[str, Any] | None:
+        return read_json(self.record_file)
+
+    def write_record(self, record: dict[str, Any]) -> None:
+        write_json_atomic(self.record_file, record)
+
+    def is_sweep(self) -> bool:
+        return self.record_file.exists() and not self.ledger.exists()
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))  # `python -I` adds neither the cwd nor PYTHONPATH
 from hpc import accounting  # noqa: E402
 from hpc.checkpoints import latest_complete  # noqa: E402
 from hpc.continuation import continuations  # noqa: E402
-from hpc.rundir import RunDir  # noqa: E402
+from hpc.rundir import RunDir, SweepDir  # noqa: E402
 from hpc.health import Flag, HealthSettings, SettingError, check as health_check  # noqa: E402
 from hpc.serving import address_of, ssh_line  # noqa: E402
 
@@ -158,16 +158,28 @@ def is_moved_aside(name: str) -> bool:
     return len(stamp) == 16 and stamp[8] == "T" and stamp.endswith("Z") and (stamp[:8] + stamp[9:15]).isdigit()
 
 
+def sweep_runs(runs_dir: Path, name: str) -> list[str]:
+    """The runs of the sweep ``name`` (its sweep.json, hpc/sweeps.py); [] when it is no sweep."""
+    try:
+        sweep = SweepDir(runs_dir / name)
+        record = sweep.read_record() if sweep.is_sweep() else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return []
+    runs = record.get("runs") if isinstance(record, dict) else None
+    return [str(r.get("name")) for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+
+
 def run_dirs(runs_dir: Path, only: str = "") -> list[RunDir]:
     """Run directories (a ledger or a progress file inside), by name; runs moved
-    aside by --restart only when asked for by name."""
+    aside by --restart only when asked for by name; ``only`` names a run or a sweep."""
     try:
         entries = sorted(runs_dir.iterdir())
     except OSError:
         return []
+    wanted = set(sweep_runs(runs_dir, only) or [only]) if only else set()
     runs = []
     for path in entries:
-        if only and path.name != only or not only and is_moved_aside(path.name):
+        if only and path.name not in wanted or not only and is_moved_aside(path.name):
             continue
         run_dir = RunDir(path)
         try:
@@ -238,9 +250,10 @@ def user_queue(user: str) -> list[list[str]]:
 
 def queue_view(user: str, runs_dir: Path, only: str) -> None:
     jobs = user_queue(user)
-    if only:  # the run's jobs: named after it (the launcher's -J) or in its ledger
-        ids = set(ledger_job_ids(ledger(RunDir(runs_dir / only))))
-        jobs = [j for j in jobs if j[7] == only or j[0] in ids]
+    if only:  # the run's jobs (a sweep's: its runs'): named after it (the launcher's -J) or in its ledger
+        names = set(sweep_runs(runs_dir, only) or [only])
+        ids = {job for name in names for job in ledger_job_ids(ledger(RunDir(runs_dir / name)))}
+        jobs = [j for j in jobs if j[7] in names or j[0] in ids]
     stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     which = f" for run {only}" if only else ""
     print(f"Queued and running jobs of {user}{which} ({stamp}):")
@@ -403,12 +416,42 @@ def runs_view(user: str, runs_dir: Path, only: str) -> None:
     views = run_views(user, runs)
     print(f"Runs under {runs_dir}:")
     headers = ["RUN", "JOB", "STATE", "STEP", "CKPT", "REWARD", "VAL", "ETA", "GPU-H", "CONT", "RESULT"]
-    for line in table(headers, [view.row() for view in views]):
-        print(line)
+    header, *rows = table(headers, [view.row() for view in views])
+    row_of = {id(view): row for view, row in zip(views, rows)}
+    print(header)
+    for sweep, group in by_sweep(views):
+        if sweep:
+            print(f"sweep {printable(sweep)}: {sweep_summary(group)}")
+        for view in group:
+            print(("  " if sweep else "") + row_of[id(view)])
     print_goodput(views)
     for view in views:
         if view.state == "RUNNING":
             print_service(view.run_dir)
+
+
+def by_sweep(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
+    """Runs on their own first, then each sweep's runs together (sweep_member.json, hpc/sweeps.py)."""
+    groups: dict[str, list[RunView]] = {}
+    for view in views:
+        member = read_marker(view.run_dir.read_sweep_member)
+        groups.setdefault(str(member.get("sweep") or ""), []).append(view)
+    alone = groups.pop("", [])
+    return ([("", alone)] if alone else []) + sorted(groups.items())
+
+
+def sweep_summary(group: list[RunView]) -> str:
+    """``6 runs: 2 finished, 3 RUNNING, 1 failed``: where the sweep stands."""
+    counts: dict[str, int] = {}
+    for view in group:
+        if read_marker(view.run_dir.read_done):
+            word = "finished"
+        elif read_marker(view.run_dir.read_failed):
+            word = "failed"
+        else:
+            word = view.state or "no job"
+        counts[word] = counts.get(word, 0) + 1
+    return f"{len(group)} runs: " + ", ".join(f"{n} {word}" for word, n in counts.items())
 
 
 def print_goodput(views: list[RunView]) -> None:

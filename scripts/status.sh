@@ -34,7 +34,8 @@ time / allocated time), GPU-hours charged and lost (start-up, validation,
 abandoned work, idle), GPU-hours per step and to finish.
 The breakdown per job: .venv/bin/python -m hpc.accounting RUN
 
-  --run NAME        only this run (a directory under the runs directory) and its jobs
+  --run NAME        only this run (a directory under the runs directory) and its jobs,
+                    or every run of the sweep NAME (runs of a sweep are listed together)
   --watch SECONDS   refresh every SECONDS until interrupted (Ctrl-C)
   --count N         with --watch: stop after N screens
   --runs_dir DIR    runs directory (default: the launcher's, i.e. RUNS_DIR from

@@ -157,6 +157,19 @@ def test_a_pack_job_holding_one_unfinished_run_asks_for_one_gpu(world):
     assert all("gres/gpu=1" in sacct_row(job)["AllocTRES"] for job in alone)
 
 
+def test_status_shows_a_sweeps_runs_together_with_their_state(world):
+    shown = run_script("status.sh", "--run", "sw", "--runs_dir", str(world["runs_dir"]))
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    header = next(k for k, line in enumerate(lines) if line.startswith("sweep sw: 4 runs"))
+    assert "2 finished" in lines[header] and "2 failed" in lines[header]
+    rows = lines[header + 1:header + 5]
+    assert sorted(row.split()[0] for row in rows) == sorted(world["runs"])
+    assert all(row.startswith("  sw.") for row in rows)
+    assert sum(f"{STEPS}/{STEPS}" in row and "finished" in row for row in rows) == 2
+    assert "judged" not in shown.stdout  # --run names the sweep: only its runs
+
+
 def test_a_relaunch_leaves_finished_runs_alone_and_a_sweep_cancel_stops_the_rest(world):
     finished = {r.name: len(r.read_ledger()) for r in healthy(world)}
     again = launch(world["runs_dir"], *SWEEP)
@@ -182,3 +195,4 @@ def test_a_served_judge_has_its_own_gpu_answers_the_workload_and_stops_with_the_
     assert run.read_done() is not None
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", world["port"])) != 0  # nothing listens any more
+

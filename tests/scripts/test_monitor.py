@@ -194,3 +194,28 @@ def test_a_run_counts_as_cancelled_only_until_it_is_launched_again():
     assert monitor.cancelled_by_user(cancelled)
     assert not monitor.cancelled_by_user([*cancelled, {"event": "submit", "job_id": "2"}])
     assert not monitor.cancelled_by_user([])
+
+
+def test_a_sweeps_name_lists_its_runs(tmp_path):
+    from hpc.rundir import SweepDir
+
+    SweepDir(tmp_path / "sw").write_record({"sweep": "sw", "runs": [{"name": "sw.seed=1"}, {"name": "sw.seed=2"}]})
+    for name in ("sw.seed=1", "sw.seed=2", "sw.seed=3", "other"):
+        RunDir(tmp_path / name).append_ledger("submit", job_id="1")
+    assert [r.name for r in monitor.run_dirs(tmp_path, "sw")] == ["sw.seed=1", "sw.seed=2"]
+    assert "sw" not in [r.name for r in monitor.run_dirs(tmp_path)]  # the sweep's own folder is no run
+
+
+def test_a_sweeps_runs_are_grouped_after_the_runs_on_their_own(tmp_path):
+    views = []
+    for name, sweep in (("b.seed=1", "b"), ("alone", None), ("b.seed=2", "b"), ("a.x=1", "a")):
+        run = RunDir(tmp_path / name)
+        run.path.mkdir()
+        if sweep:
+            run.write_sweep_member(sweep, {"seed": name[-1]})
+        views.append(monitor.RunView(run, [], "", "RUNNING" if name == "b.seed=1" else "", None, []))
+    RunDir(tmp_path / "b.seed=2").mark_done(5, 5)
+    groups = monitor.by_sweep(views)
+    assert [(sweep, [v.run_dir.name for v in group]) for sweep, group in groups] == [
+        ("", ["alone"]), ("a", ["a.x=1"]), ("b", ["b.seed=1", "b.seed=2"])]
+    assert monitor.sweep_summary(groups[2][1]) == "2 runs: 1 RUNNING, 1 finished"

@@ -68,7 +68,8 @@ def test_every_helper_runs_with_set_euo_pipefail_before_anything_else(helper):
     ("scancelled.sh", ["x"], "unknown argument 'x'"),
     ("scancelall.sh", ["--name"], "--name needs a value"),
     ("scancelall.sh", ["--name="], "bad --name ''"),
-    ("scancelall.sh", ["--yes-please"], "unknown argument '--yes-please' (accepted: --name PREFIX, -y, -h)"),
+    ("scancelall.sh", ["--sweep"], "--sweep needs a value"),
+    ("scancelall.sh", ["--yes-please"], "unknown argument '--yes-please' (accepted: --name PREFIX, --sweep NAME, -y, -h)"),
     ("rmlogs.sh", ["--days", "two"], "bad --days 'two' (accepted: a whole number from 0 to 100000)"),
     ("rmlogs.sh", ["--days", "99999999999999999999"], "bad --days '99999999999999999999'"),
 ])
@@ -381,6 +382,16 @@ def test_scancelall_lists_and_cancels_only_the_users_jobs(tmp_path):
     (squeue,) = [c for c in calls(tmp_path) if c[0] == "squeue"]
     (scancel,) = [c for c in calls(tmp_path) if c[0] == "scancel"]
     assert squeue[squeue.index("-u") + 1] == user()
+    assert scancel == ["scancel", "-u", user(), "7", "8"]
+
+
+def test_scancelall_sweep_cancels_the_jobs_of_every_run_and_pack_of_the_sweep(tmp_path):
+    jobs = [{"i": "7", "T": "RUNNING", "j": "sw.pack1"}, {"i": "8", "T": "PENDING", "j": "sw.seed=3"},
+            {"i": "9", "T": "RUNNING", "j": "sweeper"}, {"i": "10", "T": "RUNNING", "j": "sw"}]
+    env = fake_slurm(tmp_path, jobs=jobs)
+    result = run_script("scancelall.sh", "--sweep", "sw", "-y", env=env)
+    assert result.returncode == 0, result.stderr
+    (scancel,) = [c for c in calls(tmp_path) if c[0] == "scancel"]
     assert scancel == ["scancel", "-u", user(), "7", "8"]
 
 
