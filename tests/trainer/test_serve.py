@@ -149,6 +149,10 @@ def test_beyond_localhost_a_token_is_required_and_stored_0600(model, tmp_path, a
 
 def test_ask_reaches_a_running_service_by_its_run_directory(model, tmp_path, art_e_data_dir, capsys) -> None:
     child, _ = start(model, art_e_data_dir, tmp_path / "asked")
+    address = tmp_path / "asked" / "serve" / "address.json"
+    deadline = time.monotonic() + 10  # written just after the service starts answering
+    while not address.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     try:
         assert ask_main(["When?", "--inbox", INBOX, "--date", "2000-03-28", "--run", str(tmp_path / "asked")]) == 0
     finally:
