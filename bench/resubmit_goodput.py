@@ -83,7 +83,6 @@ class Figures:
 
 def launch_args(mode: str, runs_dir: Path, steps: int, grace: int) -> list[str]:
     """The launcher's command line for one mode (or the baseline: one long job)."""
-    name = f"bench_{mode}"
     minutes = 1
     extra = ["--continuation", "afterany"]
     if mode == "baseline":
@@ -92,11 +91,17 @@ def launch_args(mode: str, runs_dir: Path, steps: int, grace: int) -> list[str]:
         extra = ["--chain", str(math.ceil(steps / CHAIN_STEPS_PER_JOB) + 1)]
     else:
         extra = ["--continuation", mode]
+    return launch_command(f"bench_{mode}", runs_dir, minutes, grace, [f"steps={steps}"], extra)
+
+
+def launch_command(name: str, runs_dir: Path, minutes: int, grace: int, train_args: list[str],
+                   extra: list[str]) -> list[str]:
+    """The real launcher submitting run ``name`` of the step double (1 CPU, no GPU)."""
     return [sys.executable, "-m", "hpc.launch", "--cluster", "local", "--job_name", name,
             "--runs_dir", str(runs_dir), "--env", f"ART_PATH={runs_dir / name / 'art'}",
             "--time_limit", str(minutes), "--signal_grace", str(grace), "--gpus_per_node", "0",
             "--cpus_per_task", "1", "--entrypoint", "tests.doubles.step_trainer",
-            "--train_arg", f"steps={steps}", *extra]
+            *[arg for value in train_args for arg in ("--train_arg", value)], *extra]
 
 
 def job_ids(run: RunDir) -> list[str]:
@@ -245,35 +250,46 @@ def bad_input(modes: list[str], args: argparse.Namespace) -> str | None:
 
 
 def run_all(runs_dir: Path, modes: list[str], steps: int, grace: int, timeout: float) -> int:
+    commands = {mode: launch_args(mode, runs_dir, steps, grace) for mode in modes}
+    runs = {mode: RunDir(runs_dir / f"bench_{mode}") for mode in modes}
+    walls = launch_and_wait(commands, runs, timeout, "resubmit_goodput")
+    if walls is None:
+        return 1
+    results = [figures(m, runs[m], steps, walls[m]) for m in modes]
+    return 0 if report(results, steps, grace) else 1
+
+
+def launch_and_wait(commands: dict[str, list[str]], runs: dict[str, RunDir], timeout: float,
+                    prog: str) -> dict[str, float] | None:
+    """Launch every mode's run at once and wait until each has settled: the wall time of each,
+    or None (said on stderr) when a launch failed or a run did not settle in time. Jobs still
+    queued or running at the end are cancelled."""
     started: dict[str, float] = {}
     ended: dict[str, float] = {}
-    runs = {mode: RunDir(runs_dir / f"bench_{mode}") for mode in modes}
     try:
-        for mode in modes:
-            result = subprocess.run(launch_args(mode, runs_dir, steps, grace), cwd=REPO, capture_output=True,
-                                    text=True, timeout=120)
+        for mode, command in commands.items():
+            result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
             if result.returncode != 0:
-                print(f"resubmit_goodput: launching {mode} failed: {result.stderr.strip()}", file=sys.stderr)
-                return 1
+                print(f"{prog}: launching {mode} failed: {result.stderr.strip()}", file=sys.stderr)
+                return None
             started[mode] = time.monotonic()
             print(f"{mode}: {result.stdout.splitlines()[0]}", flush=True)
         deadline = time.monotonic() + timeout
-        while len(ended) < len(modes) and time.monotonic() < deadline:
-            for mode in modes:
+        while len(ended) < len(commands) and time.monotonic() < deadline:
+            for mode in commands:
                 if mode not in ended and settled(runs[mode]):
                     ended[mode] = time.monotonic()
                     print(f"{mode}: settled after {ended[mode] - started[mode]:.0f} s", flush=True)
             time.sleep(1)
-        missing = [m for m in modes if m not in ended]
+        missing = [m for m in commands if m not in ended]
         if missing:
-            print(f"resubmit_goodput: {', '.join(missing)} did not finish within {timeout:.0f} s", file=sys.stderr)
-            return 1
-        results = [figures(m, runs[m], steps, ended[m] - started[m]) for m in modes]
+            print(f"{prog}: {', '.join(missing)} did not finish within {timeout:.0f} s", file=sys.stderr)
+            return None
+        return {mode: ended[mode] - started[mode] for mode in commands}
     finally:
         leftover = [j for run in runs.values() if run.path.exists() for j in job_ids(run)]
         if leftover:
             subprocess.run(["scancel", *leftover], capture_output=True, timeout=30)
-    return 0 if report(results, steps, grace) else 1
 
 
 if __name__ == "__main__":

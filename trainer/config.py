@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 import yaml
 
+from hpc.deadline import DEFAULT_SETTINGS as DEFAULT_BOUNDARY
+
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 REWARDS = ("judge", "ruler")
 LOSS_FUNCTIONS = ("ppo", "cispo")  # what ART's LocalBackend.train accepts
@@ -100,6 +102,15 @@ class TrainerConfig:
     preflight_min_free_gb: float = 10.0  # free space the run's output filesystems need (0: no floor)
     preflight_timeout: float = 30.0  # seconds each network check (judge, W&B) may take
 
+    # Stop at a step boundary (hpc/deadline.py): a step, or a validation due before it, starts
+    # only if predicted (the longest of the last boundary_recent_steps x boundary_safety_factor)
+    # to end before the job's stop signal may come (its end - signal grace - boundary_margin_seconds);
+    # else the job stops there (exit 75) and the run continues at once. SIGUSR1 stays the safety net.
+    stop_at_boundary: bool = True
+    boundary_recent_steps: int = DEFAULT_BOUNDARY.recent_steps
+    boundary_safety_factor: float = DEFAULT_BOUNDARY.safety_factor
+    boundary_margin_seconds: float = DEFAULT_BOUNDARY.margin_seconds
+
     # GPU memory
     gpu_memory_utilization: float | None = None  # vLLM's share of its GPU; None: VLLM_SHARE[gpu mode]
     max_seq_length: int = 32768
@@ -152,6 +163,9 @@ CHECKS: dict[str, Check] = {
     "max_rollout_exceptions": (lambda v: 0 <= v <= 1, "a fraction from 0 to 1"),
     "preflight_min_free_gb": (lambda v: v >= 0, "a number of GB >= 0"),
     "preflight_timeout": (lambda v: v > 0, "a number of seconds > 0"),
+    "boundary_recent_steps": _POSITIVE,
+    "boundary_safety_factor": (lambda v: v >= 1, "a number >= 1"),
+    "boundary_margin_seconds": (lambda v: v >= 0, "seconds >= 0"),
     "gpu_memory_utilization": (lambda v: 0 < v <= 1, "a fraction above 0, at most 1"),
     "max_seq_length": _POSITIVE,
 }

@@ -63,6 +63,16 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable
 
 from hpc.checkpoints import model_dir as art_model_dir
 from hpc.checkpoints import quarantine_incomplete
+from hpc.deadline import (
+    BoundaryRule,
+    BoundarySettings,
+    Decision,
+    EndTimeError,
+    StopRecord,
+    record_stop,
+    step_durations,
+    validation_durations,
+)
 from hpc.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir, utc_now
 from hpc.vllm_runtime import job_runtime_env
 from trainer.config import ConfigError, TrainerConfig, known_configs, load_config, one_line, shuffle_seed, vllm_share
@@ -323,6 +333,7 @@ class RolloutTasks:
     def __init__(self, concurrency: int) -> None:
         self._tasks: set[asyncio.Task] = set()
         self._slots = asyncio.Semaphore(concurrency)  # rollouts in flight at once (config rollout_concurrency)
+        self._spans: list[RolloutSpan] = []  # every rollout that started (got a slot)
 
     def start(self, rollout: Coroutine[Any, Any, "art.Trajectory"]) -> asyncio.Task:
         task = asyncio.ensure_future(self._bounded(rollout))
@@ -331,13 +342,39 @@ class RolloutTasks:
 
     async def _bounded(self, rollout: Coroutine[Any, Any, "art.Trajectory"]) -> "art.Trajectory":
         async with self._slots:
-            return await rollout
+            span = RolloutSpan(time.monotonic())
+            self._spans.append(span)
+            try:
+                return await rollout
+            finally:
+                span.ended = time.monotonic()
+
+    def rollout_seconds(self) -> float:
+        """Seconds the started rollouts have run, summed (one still running counts until now)."""
+        now = time.monotonic()
+        return sum((now if span.ended is None else span.ended) - span.started for span in self._spans)
 
     async def cancel_all(self) -> None:
         pending = [task for task in self._tasks if not task.done()]
         for task in pending:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)  # also retrieves their exceptions
+
+
+@dataclass
+class RolloutSpan:
+    """When one rollout started and ended (monotonic seconds; None while it runs)."""
+
+    started: float
+    ended: float | None = None
+
+
+@dataclass(frozen=True)
+class Abandoned:
+    """A step whose rollouts a stop request abandoned: the rollout-seconds thrown away
+    (every started rollout of the step, finished or not, since none is trained on)."""
+
+    lost_rollout_seconds: float
 
 
 @dataclass(frozen=True)
@@ -355,8 +392,8 @@ class Rollouts:
 
 async def gather_step(
     model: "art.TrainableModel", batch: "DatasetBatch[Scenario]", rollouts: Rollouts, stop: StopRequest
-) -> list["art.TrajectoryGroup"] | None:
-    """The step's trajectory groups, or None if a stop request came first.
+) -> list["art.TrajectoryGroup"] | Abandoned:
+    """The step's trajectory groups, or ``Abandoned`` if a stop request came first.
 
     A stop during rollouts abandons them: they are cancelled and nothing of
     this step is trained on (the next job redoes the step from scratch)."""
@@ -368,7 +405,6 @@ async def gather_step(
         if gather.done():
             return gather.result()
         log.info("step %d: abandoning its rollouts (%s); they are not trained on", batch.step + 1, stop.signal_name)
-        return None
     finally:
         stopped.cancel()
         gather.cancel()  # no-op when done
@@ -376,6 +412,7 @@ async def gather_step(
         await asyncio.wait({gather})
         if not gather.cancelled():
             gather.exception()  # retrieved: an abandoned step's errors are not reported
+    return Abandoned(tasks.rollout_seconds())
 
 
 async def gather_groups(
@@ -543,29 +580,34 @@ async def train_steps(
     steps *done*, so training batch K is "step K+1" and progress then says
     ``step: K+1``, matching the checkpoint folder a new job resumes from.
     A validation due at checkpoint K (``trainer.validation``) runs before batch K is
-    gathered, and the last one after the last step, before ``done.json``."""
+    gathered, and the last one after the last step, before ``done.json``.
+    Neither a validation nor a step starts unless the stop-at-boundary rule
+    (hpc/deadline.py) predicts it ends before the job's stop signal may come;
+    every stop, and the finish, is a line of ``stops.jsonl``."""
     from art.utils import iterate_dataset
 
     done = await model.get_step()
     total = total_steps(len(scenarios), config)
     log.info("%d of %d steps done; continuing (%d scenarios, %d groups x %d rollouts per step, %d epoch(s))",
              done, total, len(scenarios), config.groups_per_step, config.trajectories_per_group, config.num_epochs)
+    boundary = boundary_rule(config)
+    log.info("%s", boundary.describe())
     clock = StepClock()
     batches = iterate_dataset(scenarios, config.groups_per_step, config.num_epochs, initial_step=done, use_tqdm=False)
     for batch in batches:
-        if not await validate_if_due(validator, model, done, total, stop):
-            return EXIT_STOPPED_FOR_TIME
-        if stop.requested:
-            log.info("stopped (%s) with %d of %d steps done", stop.signal_name, done, total)
+        stopped = await stop_before_step(validator, model, done, total, stop, boundary, paths.run_dir)
+        if stopped is not None:
+            record_stop(paths.run_dir, stopped)
             return EXIT_STOPPED_FOR_TIME
         number = batch.step + 1
         began, started_at = time.monotonic(), utc_now()
         log.info("step %d/%d (epoch %d): rollouts on %d scenarios", number, total, batch.epoch, len(batch.items))
         groups = await gather_step(model, batch, rollouts, stop)
         gathered = time.monotonic()
-        if groups is None:
-            log.info("stopped (%s) with %d of %d steps done; step %d will be redone", stop.signal_name, done,
-                     total, number)
+        if isinstance(groups, Abandoned):
+            log.info("stopped (%s) with %d of %d steps done; step %d will be redone (%.1f rollout-seconds abandoned)",
+                     stop.signal_name, done, total, number, groups.lost_rollout_seconds)
+            record_stop(paths.run_dir, StopRecord(done, "signal", groups.lost_rollout_seconds))
             return EXIT_STOPPED_FOR_TIME
         if not groups:
             raise StepFailed(f"step {number}: every group failed (rollouts or RULER); nothing to train on")
@@ -583,21 +625,64 @@ async def train_steps(
                                    "rollout_seconds": round(gathered - began, 3), **asdict(stats)})
         log.info("step %d/%d done in %.0fs: reward %s, accuracy %s, judge failures %d",
                  done, total, clock.durations[-1], stats.reward_mean, stats.answer_accuracy, stats.judge_failures)
-    if not await validate_if_due(validator, model, done, total, stop):
+    stopped = await stop_before_validation(validator, model, done, total, stop, boundary, paths.run_dir)
+    if stopped is not None:
+        record_stop(paths.run_dir, stopped)
         return EXIT_STOPPED_FOR_TIME
     paths.run_dir.mark_done(done, total)
+    record_stop(paths.run_dir, StopRecord(done, "finished"))
     log.info("training finished: %d of %d steps done", done, total)
     return 0
 
 
-async def validate_if_due(validator: "Validator | None", model: "art.TrainableModel", step: int, total: int,
-                          stop: StopRequest) -> bool:
-    """Run the validation owed at ``step``, if any; False when a stop request cut it short."""
-    if validator is None or not validator.due(step, total):
-        return True
+def boundary_rule(config: TrainerConfig) -> BoundaryRule:
+    """The stop-at-boundary rule of this job (config keys ``stop_at_boundary``, ``boundary_*``)."""
+    settings = BoundarySettings(config.boundary_recent_steps, config.boundary_safety_factor,
+                                config.boundary_margin_seconds)
+    try:
+        return BoundaryRule.from_env(os.environ, settings, enabled=config.stop_at_boundary, say=log.info)
+    except EndTimeError as error:
+        raise SetupError(str(error)) from None
+
+
+async def stop_before_step(validator: "Validator | None", model: "art.TrainableModel", done: int, total: int,
+                           stop: StopRequest, boundary: BoundaryRule, run: RunDir) -> StopRecord | None:
+    """Why the loop stops before training step ``done + 1``, if it does: the validation due
+    first does not fit or is cut short, a stop was requested, or the step would not end
+    before the job's stop signal may come."""
+    stopped = await stop_before_validation(validator, model, done, total, stop, boundary, run)
+    if stopped is not None:
+        return stopped
     if stop.requested:
-        return False
-    return await validator.validate(model, step, stop.event) is not None
+        log.info("stopped (%s) with %d of %d steps done", stop.signal_name, done, total)
+        return StopRecord(done, "signal")
+    return boundary_stop(boundary.check(step_durations(run)), f"step {done + 1}", done)
+
+
+async def stop_before_validation(validator: "Validator | None", model: "art.TrainableModel", done: int, total: int,
+                                 stop: StopRequest, boundary: BoundaryRule, run: RunDir) -> StopRecord | None:
+    """Run the validation owed at ``done``, if any; why not, when it did not fit or a stop
+    request cut it short (nothing is recorded then, and the next job runs it)."""
+    if validator is None or not validator.due(done, total):
+        return None
+    if stop.requested:
+        log.info("stopped (%s) before the validation at step %d", stop.signal_name, done)
+        return StopRecord(done, "signal")
+    stopped = boundary_stop(boundary.check(validation_durations(run)), f"the validation at step {done}", done)
+    if stopped is not None:
+        return stopped
+    if await validator.validate(model, done, stop.event) is None:
+        return StopRecord(done, "signal")
+    return None
+
+
+def boundary_stop(decision: Decision, what: str, done: int) -> StopRecord | None:
+    """None when the work fits; else the one line that says why the job stops here."""
+    if decision.fits:
+        return None
+    log.info("%s: not starting it; stopping with %d steps done (exit 75, the next job continues at once)",
+             decision.describe(what), done)
+    return StopRecord.boundary(done, decision)
 
 
 async def train(config: TrainerConfig, paths: Paths, stop: StopRequest) -> int:

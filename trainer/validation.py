@@ -13,7 +13,8 @@ gathered, on a checkpoint that is already saved, so a stop request during it
 loses no training (the questions in flight are cancelled and nothing is
 recorded); a resumed job starts at that checkpoint and runs the validation it
 owes. A validation is done when its record is appended, and one that is done is
-never run again.
+never run again. Its record says how many ``seconds`` it took: the trainer starts a
+due validation only if one that long ends before the job's stop signal (hpc/deadline.py).
 
 After each validation the run prunes its checkpoints as ART-E did with ART's
 ``delete_checkpoints``: it keeps the latest complete one (where a job resumes),
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,13 +90,15 @@ class Validator:
     async def validate(self, model: "art.Model", step: int, stop: "asyncio.Event | None") -> dict[str, Any] | None:
         """Validate the model as it is at ``step``; None if a stop came first (nothing recorded)."""
         log.info("validation at step %d: %d questions, %d at a time", step, len(self.scenarios), self.concurrency)
+        began = time.monotonic()
         results = await evaluate(model, self.scenarios, db=self.db, judge=self.judge, agent=self.agent,
                                  concurrency=self.concurrency, stop=stop)
         if results is None:
             log.info("validation at step %d abandoned (stop requested); the next job runs it", step)
             return None
         summary = {"step": step, **summarize(results), "model": model.get_inference_name(),
-                   "split_key": split_key("test", self.scenarios), "judge_model": self.judge.model}
+                   "split_key": split_key("test", self.scenarios), "judge_model": self.judge.model,
+                   "seconds": round(time.monotonic() - began, 3)}  # the stop-at-boundary rule predicts from it
         self.run.record_validation(summary, records(results))
         await model.log(metrics={k: float(v) for k, v in summary.items() if isinstance(v, (int, float))
                                  and k != "step"}, split="val", step=step)

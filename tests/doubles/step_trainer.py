@@ -1,8 +1,10 @@
 """Test double of the trainer: takes a "training step" every few seconds and
 saves a LoRA checkpoint per step in ART's LocalBackend layout.
 
-    python -m tests.doubles.step_trainer --config X [steps=N] [step_seconds=2] [crash=always]
-        [crash_at=K] [save_sleep=S] [save_sleep_at=K] [startup_seconds=S] [hang_at=K]
+    python -m tests.doubles.step_trainer --config X [steps=N] [step_seconds=2|LOW-HIGH] [crash=always]
+        [crash_at=K] [save_sleep=S] [save_sleep_at=K] [rollout_share=F] [seed=N]
+        [stop_at_boundary=false|true] [boundary_recent_steps=5] [boundary_safety_factor=1.2]
+        [boundary_margin_seconds=30] [startup_seconds=S] [hang_at=K]
         [preflight=CONFIG] [preflight_overrides=KEY=VALUE,KEY=VALUE]
 
 Same argv shape and contract as the real trainer (docs/design.md):
@@ -18,6 +20,18 @@ Same argv shape and contract as the real trainer (docs/design.md):
   safetensors file (only at step ``save_sleep_at`` if given, and once per run);
 - writes progress.json after every step, done.json after the last one (exit 0);
 - on SIGUSR1/SIGTERM finishes the step in flight, saves it, and exits 75;
+- ``step_seconds=LOW-HIGH`` draws each step's length from a RNG seeded with
+  ``seed`` and the step number, so every run (and every redo of a step) is the
+  same; ``rollout_share=F`` spends that share of a step in a rollout phase, which
+  a stop signal abandons (the step is not trained and the next job redoes it; its
+  seconds are recorded as lost), the rest in training and the save, which a signal
+  lets finish. 0 (the default) is all training, as before;
+- ``stop_at_boundary=true`` applies the trainer's stop-at-boundary rule
+  (hpc/deadline.py, same settings and defaults): a step predicted not to end
+  before the job's stop signal is not started, and the double exits 75;
+- appends ``steps.jsonl`` records (``seconds``, ``rollout_seconds``: what the
+  rule predicts from) and ``stops.jsonl`` records (boundary, signal, finished),
+  as the trainer does;
 - ``crash=always`` exits 1 before training anything; ``crash_at=K`` exits 3
   instead of training step K (once per run);
 - ``startup_seconds=S`` takes S seconds before the first step (model load, vLLM);
@@ -37,6 +51,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import struct
 import sys
@@ -45,7 +60,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, latest_complete, quarantine_incomplete, step_dir
-from hpc.rundir import EXIT_STOPPED_FOR_TIME, RunDir
+from hpc.deadline import BoundaryRule, BoundarySettings, EndTimeError, StopRecord, record_stop, step_durations
+from hpc.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now
 
 STOP: list[str] = []  # the signal that asked us to stop, if any
 STEPS_LOG = "steps.log"
@@ -54,15 +70,47 @@ STEPS_LOG = "steps.log"
 @dataclass(frozen=True)
 class Options:
     steps: int = 10
-    step_seconds: float = 2.0
+    step_seconds: tuple[float, float] = (2.0, 2.0)  # a step's length: fixed, or drawn from [low, high]
     crash: str = "never"
     crash_at: int = 0
     startup_seconds: float = 0.0  # before the first step, as a model load
     hang_at: int = 0  # stall before this step until a stop signal
     save_sleep: float = 0.0
     save_sleep_at: int = 0
+    rollout_share: float = 0.0  # share of a step a stop signal abandons (rollouts), the rest trains and saves
+    seed: int = 0
+    stop_at_boundary: bool = False  # off: the stop signal alone ends the work (fixed-signal mode)
+    boundary_recent_steps: int = BoundarySettings.recent_steps
+    boundary_safety_factor: float = BoundarySettings.safety_factor
+    boundary_margin_seconds: float = BoundarySettings.margin_seconds
     preflight: str = ""  # a trainer config: run trainer/preflight.py's checks for it first
     preflight_overrides: str = ""  # its key=value overrides, comma-separated
+
+    def step_length(self, step: int) -> float:
+        """This step's seconds: the same for a step every time it is drawn (redone, or in another run)."""
+        low, high = self.step_seconds
+        return random.Random(f"{self.seed}:{step}").uniform(low, high) if high > low else low
+
+    @property
+    def boundary(self) -> BoundarySettings:
+        return BoundarySettings(self.boundary_recent_steps, self.boundary_safety_factor, self.boundary_margin_seconds)
+
+
+def seconds_range(text: str) -> tuple[float, float]:
+    """``2`` -> (2, 2); ``20-40`` -> (20, 40)."""
+    low, _, high = text.partition("-")
+    bounds = (float(low), float(high or low))
+    if not 0 <= bounds[0] <= bounds[1]:
+        raise ValueError(text)
+    return bounds
+
+
+def on_off(text: str) -> bool:
+    if text.lower() in ("true", "on", "1", "yes"):
+        return True
+    if text.lower() in ("false", "off", "0", "no"):
+        return False
+    raise ValueError(text)
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -78,9 +126,14 @@ def parse_args(argv: list[str]) -> Options:
         if not sep or key not in Options.__dataclass_fields__:
             raise SystemExit(f"step_trainer: unknown argument {arg!r}")
         values[key] = value
-    types = {"steps": int, "step_seconds": float, "crash": str, "crash_at": int, "startup_seconds": float, "hang_at": int, "save_sleep": float,
-             "save_sleep_at": int, "preflight": str, "preflight_overrides": str}
-    return Options(**{k: types[k](v) for k, v in values.items()})
+    types = {"steps": int, "step_seconds": seconds_range, "crash": str, "crash_at": int, "startup_seconds": float, "hang_at": int, "save_sleep": float,
+             "save_sleep_at": int, "rollout_share": float, "seed": int, "stop_at_boundary": on_off,
+             "boundary_recent_steps": int, "boundary_safety_factor": float, "boundary_margin_seconds": float,
+             "preflight": str, "preflight_overrides": str}
+    try:
+        return Options(**{k: types[k](v) for k, v in values.items()})
+    except ValueError as error:
+        raise SystemExit(f"step_trainer: bad value in {' '.join(argv)!r}: {error}") from None
 
 
 def on_signal(signum: int, _frame: object) -> None:
@@ -165,37 +218,75 @@ def log_step(run: RunDir, step: int, start: float, end: float) -> None:
         os.close(fd)
 
 
-def train(run: RunDir, model_dir: Path, opts: Options) -> int:
+def train(run: RunDir, model_dir: Path, opts: Options, rule: BoundaryRule) -> int:
     quarantine_incomplete(model_dir)
     latest = latest_complete(model_dir)
     if latest is None:  # ART saves the untrained adapter as step 0 when a model is registered
         save_checkpoint(model_dir, run, 0, opts)
     start_step = latest.step if latest else 0
     print(f"step_trainer: resuming from step {start_step} of {opts.steps}", flush=True)
+    say(rule.describe())
     if wait_for_stop(opts.startup_seconds):  # a stop during the start-up: nothing trained
+        record_stop(run, StopRecord(start_step, "signal"))
         return EXIT_STOPPED_FOR_TIME
-    step = start_step
+    done = start_step
     for step in range(start_step + 1, opts.steps + 1):
         if STOP:
-            print(f"step_trainer: stopped ({STOP[0]}) at step {step - 1}", flush=True)
+            print(f"step_trainer: stopped ({STOP[0]}) at step {done}", flush=True)
+            record_stop(run, StopRecord(done, "signal"))
             return EXIT_STOPPED_FOR_TIME
         if opts.hang_at == step and once(run, f"hang_at_{step}"):
-            print(f"step_trainer: hanging before step {step} (hang_at) until a stop signal", flush=True)
+            say(f"hanging before step {step} (hang_at) until a stop signal")
             wait_for_stop(float("inf"))
+            record_stop(run, StopRecord(done, "signal"))
             return EXIT_STOPPED_FOR_TIME
         if opts.crash_at == step and once(run, f"crash_at_{step}"):
             print(f"step_trainer: crashing at step {step} (crash_at)", file=sys.stderr, flush=True)
             return 3
-        began = time.time()
-        time.sleep(opts.step_seconds)  # PEP 475: a signal does not cut the step short
-        log_step(run, step, began, time.time())
-        save_checkpoint(model_dir, run, step, opts)
-        run.write_progress({"step": step, "total_steps": opts.steps, "seconds_per_step": opts.step_seconds,
-                            "eta_seconds": (opts.steps - step) * opts.step_seconds})
-        print(f"step_trainer: step {step} done", flush=True)
-    run.mark_done(step, opts.steps)
-    print(f"step_trainer: finished at step {step}", flush=True)
+        decision = rule.check(step_durations(run))
+        if not decision.fits:
+            say(f"{decision.describe(f'step {step}')}: not starting it; stopping with {done} steps done")
+            record_stop(run, StopRecord.boundary(done, decision))
+            return EXIT_STOPPED_FOR_TIME
+        if not train_step(run, model_dir, opts, step):
+            return EXIT_STOPPED_FOR_TIME
+        done = step
+    run.mark_done(done, opts.steps)
+    record_stop(run, StopRecord(done, "finished"))
+    print(f"step_trainer: finished at step {done}", flush=True)
     return 0
+
+
+def train_step(run: RunDir, model_dir: Path, opts: Options, step: int) -> bool:
+    """Rollouts (abandoned on a stop signal: False), then training and the save (never cut short)."""
+    seconds = opts.step_length(step)
+    began, started_at = time.time(), utc_now()
+    lost = rollout_phase(seconds * opts.rollout_share)
+    if lost is not None:
+        say(f"got {STOP[0]} during step {step}'s rollouts: abandoning them ({lost:.1f} rollout-seconds lost)")
+        record_stop(run, StopRecord(step - 1, "signal", lost))
+        return False
+    rolled = time.time()
+    time.sleep(seconds * (1 - opts.rollout_share))  # PEP 475: a signal does not cut training short
+    log_step(run, step, began, time.time())
+    save_checkpoint(model_dir, run, step, opts)
+    mean = sum(opts.step_seconds) / 2
+    run.write_progress({"step": step, "total_steps": opts.steps, "seconds_per_step": mean,
+                        "eta_seconds": (opts.steps - step) * mean})
+    run.append_step({"step": step, "started": started_at, "seconds": round(time.time() - began, 3),
+                     "rollout_seconds": round(rolled - began, 3)})
+    print(f"step_trainer: step {step} done", flush=True)
+    return True
+
+
+def rollout_phase(seconds: float) -> float | None:
+    """Sleep through a step's rollouts; the seconds they had run if a stop signal came first."""
+    began = time.time()
+    while (left := began + seconds - time.time()) > 0:
+        if STOP:
+            return time.time() - began
+        time.sleep(min(left, 0.05))
+    return None
 
 
 def wait_for_stop(seconds: float) -> bool:
@@ -204,6 +295,10 @@ def wait_for_stop(seconds: float) -> bool:
     while not STOP and time.time() < end:
         time.sleep(min(0.1, max(0.0, end - time.time())))
     return bool(STOP)
+
+
+def say(message: str) -> None:
+    print(f"step_trainer: {message}", flush=True)
 
 
 def preflight(opts: Options) -> int:
@@ -238,7 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     if opts.crash == "always":
         print("step_trainer: crashing before any step (crash=always)", file=sys.stderr, flush=True)
         return 1
-    return train(run, model_dir, opts)
+    try:
+        rule = BoundaryRule.from_env(os.environ, opts.boundary, enabled=opts.stop_at_boundary, say=say)
+    except EndTimeError as error:
+        print(f"step_trainer: {error}", file=sys.stderr, flush=True)
+        return 2
+    return train(run, model_dir, opts, rule)
 
 
 if __name__ == "__main__":

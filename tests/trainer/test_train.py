@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,7 +144,8 @@ def run(tmp_path: Path, art_e_data_dir: Path, server: OpenAIServer, monkeypatch:
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    for name in ("WANDB_API_KEY", "HPC_NO_INTERNET", "ART_FAKE_TRAIN_SECONDS", "ART_FAKE_SAVE_SECONDS"):
+    for name in ("WANDB_API_KEY", "HPC_NO_INTERNET", "ART_FAKE_TRAIN_SECONDS", "ART_FAKE_SAVE_SECONDS",
+                 "SLURM_JOB_ID", "HPC_SIGNAL_GRACE", "HPC_JOB_END_TIME"):  # no job's end unless a test sets one
         monkeypatch.delenv(name, raising=False)
     return Run(env, RunDir(tmp_path / "run"), art_path, art_path / config.project / "models" / "run")
 
@@ -395,6 +397,101 @@ def test_sigusr1_during_rollouts_exits_75_without_training_that_step(
 
     assert run.trained == [] and run.steps_on_disk() == [0]
     assert "abandoning" in (run.run_dir.path.parent / "slow.out").read_text()
+
+
+# -- stopping at a step boundary (hpc/deadline.py) and what a stop throws away -----------------------
+
+
+def boundary_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "would not end before the job's stop signal" in r.getMessage()]
+
+
+def test_a_step_that_would_not_end_before_the_jobs_stop_signal_is_not_started(
+    run: Run, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    run.run_dir.append_step({"step": 0, "seconds": 600.0})  # an earlier job's 10-minute steps
+    monkeypatch.setenv("HPC_JOB_END_TIME", str(time.time() + 100))
+    monkeypatch.setenv("HPC_SIGNAL_GRACE", "30")
+    caplog.set_level("INFO", logger="trainer")
+
+    assert train_in_process() == EXIT_STOPPED_FOR_TIME
+
+    assert run.trained == [] and run.steps_on_disk() == [0], "nothing started, nothing saved"
+    [stop] = run.run_dir.read_stops()
+    assert (stop["reason"], stop["step"], stop["predicted_step_seconds"], stop["lost_rollout_seconds"]) == (
+        "boundary", 0, 720.0, 0.0), "the longest recent step x 1.2"
+    assert 20 < stop["seconds_left"] <= 40, "end - 30 s grace - 30 s margin, less the trainer's start"
+    [line] = boundary_lines(caplog)
+    assert line.startswith("step 1 would not end before the job's stop signal may come: predicted 720.0s, ")
+
+
+def test_the_end_is_read_before_every_step_and_training_stops_at_the_next_boundary(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HPC_JOB_END_TIME", str(time.time() + 3600))
+    calls = itertools.count(1)
+
+    def shorten_the_job() -> None:  # during step 2's rollouts (4 a step): the job now ends in 10 s
+        if next(calls) == 5:
+            os.environ["HPC_JOB_END_TIME"] = str(time.time() + 10)
+
+    with OpenAIServer(scripted(on_policy=shorten_the_job)) as endpoint:
+        monkeypatch.setenv("ART_FAKE_INFERENCE_URL", endpoint.base_url)
+        assert train_in_process() == EXIT_STOPPED_FOR_TIME
+
+    assert run.trained == [0, 1] and run.steps_on_disk() == [0, 1, 2], "step 2 finished and saved; 3 not started"
+    [stop] = run.run_dir.read_stops()
+    assert (stop["reason"], stop["step"]) == ("boundary", 2) and stop["seconds_left"] < -19
+    assert [s["step"] for s in run.run_dir.read_steps()] == [1, 2]
+
+
+def test_a_validation_due_first_is_not_started_when_it_would_not_fit(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    precreate_checkpoints(run, range(0, 3))  # step 2 done: the validation at step 2 is due
+    run.run_dir.record_validation({"step": 0, "accuracy": 0.5, "seconds": 500.0}, [])
+    run.run_dir.append_step({"step": 2, "seconds": 1.0})
+    monkeypatch.setenv("HPC_JOB_END_TIME", str(time.time() + 130))  # 100 s left: a step fits, a validation not
+    with_validation = [*OVERRIDES[:-1], "val_set_size=2", "eval_steps=2"]
+
+    assert train_in_process(overrides=with_validation) == EXIT_STOPPED_FOR_TIME
+
+    assert [v["step"] for v in run.run_dir.read_validations()] == [0] and run.trained == []
+    [stop] = run.run_dir.read_stops()
+    assert (stop["reason"], stop["step"], stop["predicted_step_seconds"]) == ("boundary", 2, 600.0)
+
+    monkeypatch.setenv("HPC_JOB_END_TIME", str(time.time() + 3600))
+    assert train_in_process(overrides=with_validation) == 0
+    validations = run.run_dir.read_validations()
+    assert [v["step"] for v in validations] == [0, 2, 3] and all(v["seconds"] >= 0 for v in validations)
+    assert [s["reason"] for s in run.run_dir.read_stops()] == ["boundary", "finished"]
+
+
+def test_a_stop_during_rollouts_records_the_rollout_seconds_it_threw_away(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stop = StopRequest()
+    timer = threading.Timer(0.5, stop.request, ("SIGUSR1",))  # 0.5 s after the first rollout asked the policy
+    first_call = threading.Lock()
+
+    def start_the_timer_once() -> None:
+        if first_call.acquire(blocking=False):
+            timer.start()
+
+    with OpenAIServer(scripted(policy_delay=3.0, on_policy=start_the_timer_once)) as slow:
+        monkeypatch.setenv("ART_FAKE_INFERENCE_URL", slow.base_url)
+        assert train_in_process(stop) == EXIT_STOPPED_FOR_TIME
+
+    [record] = run.run_dir.read_stops()
+    assert (record["reason"], record["step"], record["predicted_step_seconds"]) == ("signal", 0, None)
+    assert 4 * 0.5 <= record["lost_rollout_seconds"] < 4 * 1.0, "the step's 4 rollouts ran ~0.5 s each"
+
+
+def test_a_finished_run_records_its_finish_and_no_time_lost(run: Run) -> None:
+    assert train_in_process() == 0
+
+    [stop] = run.run_dir.read_stops()
+    assert (stop["reason"], stop["step"], stop["lost_rollout_seconds"]) == ("finished", TOTAL, 0.0)
+    assert [s["step"] for s in run.run_dir.read_steps()] == [1, 2, 3]
+    assert all(0 <= s["rollout_seconds"] <= s["seconds"] for s in run.run_dir.read_steps())
 
 
 # -- errors: one line, exit 78 (a configuration error: job control gives the run up) ---------------
