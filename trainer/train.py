@@ -724,10 +724,17 @@ async def register(model: "art.TrainableModel", backend: Any) -> None:
     """``model.register``, where ART's LocalBackend starts its model service (Unsloth, then
     vLLM) in a child process that prints its own error; a failure there is one line here."""
     try:
-        await model.register(backend)
+        await model.register(backend, _openai_client_config=server_config(os.environ))
     except RuntimeError as error:
         raise BackendDidNotStart(f"the training backend did not start: {one_line(error)} "
                                  "(its own error is above)") from error
+
+
+def server_config(env: dict[str, str] | os._Environ) -> dict[str, Any] | None:
+    """The vLLM port a pack job gave this run (HPC_VLLM_PORT: each run of a pack has its own,
+    hpc/pack.py); None lets ART pick a free one."""
+    port = env.get("HPC_VLLM_PORT", "")
+    return {"server_args": {"port": int(port)}} if port.isdigit() else None
 
 
 def check_models_cached(config: TrainerConfig, env: dict[str, str] | os._Environ) -> None:

@@ -330,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = preflight(opts) if opts.preflight else 0
     if failed:
         return failed
+    print(f"step_trainer: GPUs {os.environ.get('CUDA_VISIBLE_DEVICES', '')!r} (CUDA_VISIBLE_DEVICES)", flush=True)
     if opts.crash == "always":
         print("step_trainer: crashing before any step (crash=always)", file=sys.stderr, flush=True)
         return 1

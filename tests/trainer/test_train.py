@@ -607,3 +607,11 @@ def test_wandb_logging_needs_an_api_key_and_the_wandb_package(monkeypatch: pytes
     assert metrics_reporters({"WANDB_API_KEY": "k"}) == ["wandb"]
     monkeypatch.setattr(trainer_train.importlib.util, "find_spec", lambda name: None)
     assert metrics_reporters({"WANDB_API_KEY": "k"}) == []
+
+
+def test_a_pack_jobs_vllm_port_is_what_art_serves_the_run_on():
+    """Each run of a pack job gets its own port (hpc/pack.py); ART's register takes it as vLLM's."""
+    from trainer.train import server_config
+
+    assert server_config({"HPC_VLLM_PORT": "41234"}) == {"server_args": {"port": 41234}}
+    assert server_config({}) is None and server_config({"HPC_VLLM_PORT": "x"}) is None
