@@ -22,7 +22,7 @@ node losses; there is no other state.
 A failed job's ``job_end`` quotes its error line (the last meaningful line of
 its part of the .err log), and so do ``failed.json`` and the ledger's
 ``failed`` record. Exit 78 (``EXIT_CONFIG_ERROR``: the trainer's preflight or
-setup found a configuration error) gives the run up at once; other failures
+setup found a configuration error) or 2 (bad input) gives the run up at once; other failures
 are retried until ``--max_failures`` of them in a row made no progress,
 counted from the newest launch.
 
@@ -52,6 +52,9 @@ from hpc.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
 
 log = logging.getLogger("hpc.continuation")
 
+# A workload that exits 78 (the trainer's preflight or setup: a configuration error) or 2 (bad
+# input: the evaluation's and the service's bad model or data, a usage error) cannot outgrow it.
+PERMANENT_EXIT_CODES = (EXIT_CONFIG_ERROR, 2)
 EXIT_NOTHING_TO_DO = 10  # begin: the run is finished or failed; the job exits 0 at once
 EXIT_NOT_OURS = 3  # begin: the model folder belongs to another run; the job fails, nothing continues
 MODES = ("requeue", "afterany", "chain")
@@ -172,8 +175,8 @@ def decide(ledger: list[dict[str, Any]], *, done: bool, mode: str, max_resubmits
     if slurm.cancelled:
         return Decision(STOP, "the job was cancelled (scancel): the run is not continued; launch again to resume")
     last = next((r for r in reversed(ledger) if r.get("event") == "job_end"), {})
-    if last.get("outcome") == FAILED and last.get("exit_code") == EXIT_CONFIG_ERROR:
-        return Decision(GIVE_UP, f"configuration error (exit {EXIT_CONFIG_ERROR}), not retried: "
+    if last.get("outcome") == FAILED and last.get("exit_code") in PERMANENT_EXIT_CODES:
+        return Decision(GIVE_UP, f"configuration error (exit {last.get('exit_code')}), not retried: "
                                  f"{last.get('error') or 'see the log'}")
     if last.get("outcome") == FAILED:
         streak = failures_without_progress(ledger)

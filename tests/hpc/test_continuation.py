@@ -492,3 +492,12 @@ def test_a_job_that_stopped_for_time_records_no_error(run, model, slurm_calls):
     cont.end(end_args(run, model, 75))
     (job_end,) = [r for r in run.read_ledger() if r["event"] == "job_end"]
     assert job_end["outcome"] == "stopped_for_time" and "error" not in job_end
+
+
+def test_a_workload_refusing_its_input_with_exit_2_is_not_retried():
+    """trainer.eval and trainer.serve say "bad input" with 2: the same input cannot do better."""
+    ledger = [{"event": "submit", "job_id": "1"}, {"event": "job_start", "job_id": "1", "step": 0},
+              {"event": "job_end", "job_id": "1", "exit_code": 2, "step": 0, "outcome": "failed",
+               "error": "trainer.eval: error: invalid model 'o3'"}]
+    decision = cont.decide(ledger, done=False, mode="afterany", max_resubmits=20, max_failures=2)
+    assert decision.action == cont.GIVE_UP and "exit 2" in decision.reason and "invalid model" in decision.reason
