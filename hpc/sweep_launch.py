@@ -102,11 +102,11 @@ def member_spec(args: argparse.Namespace, member: sweeps.Member, registry: Regis
         raise UsageError(f"sweep run {member.name} ({member.describe()}): {error}") from None
 
 
-def run_state(spec: JobSpec, restart: bool) -> tuple[str, bool]:
-    """Where the run stands and whether it needs a job."""
-    active = slurm.active_jobs(launch.ledger_job_ids(spec.run_dir))
-    if active:
-        jobs = ", ".join(f"{job} ({state})" for job, state in active.items())
+def run_state(spec: JobSpec, active: dict[str, str], restart: bool) -> tuple[str, bool]:
+    """Where the run stands and whether it needs a job (``active``: the sweep's queued and running jobs)."""
+    mine = {job: state for job, state in active.items() if job in launch.ledger_job_ids(spec.run_dir)}
+    if mine:
+        jobs = ", ".join(f"{job} ({state})" for job, state in mine.items())
         return f"has job(s) {jobs}: left alone", False
     if spec.run_dir.read_done() and not restart:
         return launch.resume_summary(spec, restart).split(";")[0] + ": left alone", False
@@ -118,16 +118,15 @@ def plan(args: argparse.Namespace, registry: Registry) -> SweepPlan:
     members = sweep_members(args, sweep)
     if not members:
         raise UsageError(f"sweep {sweep.name!r} has no runs: give --sweep KEY=V1,V2 or --sweep_file")
-    runs = []
-    for member in members:
-        spec = member_spec(args, member, registry)
-        state, needs_job = run_state(spec, args.restart)
-        runs.append(Planned(member, spec, state, needs_job))
-    return SweepPlan(sweep, runs, jobs_per_pack(args, runs[0].spec), tuple(args.env))
+    specs = [member_spec(args, member, registry) for member in members]
+    active = slurm.active_jobs([job for spec in specs for job in launch.ledger_job_ids(spec.run_dir)])  # one squeue
+    runs = [Planned(member, spec, *run_state(spec, active, args.restart)) for member, spec in zip(members, specs)]
+    return SweepPlan(sweep, runs, jobs_per_pack(args, specs), tuple(args.env))
 
 
-def jobs_per_pack(args: argparse.Namespace, spec: JobSpec) -> int:
+def jobs_per_pack(args: argparse.Namespace, specs: list[JobSpec]) -> int:
     """Runs per job (--pack), refused where a pack cannot work."""
+    spec = specs[0]
     judge_gpus = spec.judge.gpus if spec.judge else 0
     per_job = packing.runs_per_job(packing.parse_pack(args.pack), spec.cluster, spec.gpus_per_node - judge_gpus,
                                    judge_gpus)
@@ -135,6 +134,8 @@ def jobs_per_pack(args: argparse.Namespace, spec: JobSpec) -> int:
         raise UsageError("--pack runs several runs on one node: use --pack off with --num_nodes > 1")
     if per_job > 1 and spec.continuation.mode == "chain":
         raise UsageError("--chain pre-submits one run's jobs: use --pack off with --chain")
+    if per_job > 1 and len({s.gpus_per_node for s in specs}) > 1:
+        raise UsageError("the sweep's runs need different numbers of GPUs (gpu_mode): use --pack off")
     return per_job
 
 
