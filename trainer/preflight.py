@@ -459,6 +459,9 @@ def ask_judge(ctx: Context, target: JudgeTarget) -> Check:
     from trainer.judge import litellm_route
 
     litellm.suppress_debug_info = True  # its "Give Feedback" banner is no error line
+    # litellm's logging thread serializes the response after the call returns: its pydantic
+    # warnings would land in the .err log as the job's last lines, outside the block below.
+    warnings.filterwarnings("ignore", message="Pydantic serializer warnings", category=UserWarning)
     label = judge_label(ctx, target)
     if target.api_base is None:
         keys = litellm.validate_environment(model=target.model)

@@ -41,6 +41,7 @@ import pytest
 from hpc.rundir import RunDir
 from tests.doubles.step_trainer import TrainedStep as Step
 from tests.doubles.step_trainer import read_steps as steps_log
+from tests.scripts.slurm_util import wait_final
 
 pytestmark = pytest.mark.slurm
 
@@ -275,6 +276,7 @@ def test_a_workload_that_always_crashes_stops_after_max_failures_and_the_run_sho
     assert failed["log_tail"] == str(run.log_paths(ids[1])[1])
     assert "crashing before any step" in Path(failed["log_tail"]).read_text()
     assert len(events(run, "failed")) == 1 and len(events(run, "resubmit")) == 1
+    wait_final(ids)
     assert {r["State"] for r in sacct_rows(ids)} == {"FAILED"}
     assert not run.done_file.exists()
 
@@ -319,7 +321,8 @@ def test_afterany_mode_carries_a_run_across_at_least_3_jobs_each_step_once(scena
     resubmits = events(run, "resubmit")
     assert [r["job_id"] for r in resubmits] == trained_in[1:]
     assert [r["after"] for r in resubmits] == trained_in[:-1]
-    assert all(r["State"] == "COMPLETED" for r in sacct_rows(trained_in))
+    rows = wait_final(trained_in)  # the last job may still be COMPLETING when the run is done
+    assert all(r["State"] == "COMPLETED" for r in rows.values()), rows
 
 
 def test_launching_a_finished_run_says_so_and_submits_nothing(scenarios):
@@ -347,6 +350,7 @@ def test_chain_mode_pre_submits_jobs_and_a_chained_job_of_a_finished_run_exits_a
     assert {e["job_id"] for e in events(run, "job_start")} == set(trained_in)
     for job in idle:
         assert "nothing to do" in run.log_paths(job)[0].read_text()
+    wait_final(ids)
     assert {r["State"] for r in sacct_rows(ids)} == {"COMPLETED"}
 
 

@@ -133,8 +133,10 @@ def cases(slurm, judge, art_e_data_dir, tmp_path_factory):
         "ok": Case("pf_ok", double(FAKE_BACKEND + ",val_set_size=2")),
     }
     runs = tmp / "runs"
+    # HF_HUB_OFFLINE: the jobs inherit the submitting shell's (CI exports 1), and an offline node
+    # adds the HF-cache check to every case; only the cache case is offline.
     base_env = {"DATA_DIR": str(art_e_data_dir), "JUDGE_API_BASE": judge.base_url, "JUDGE_API_KEY": KEY,
-                "JUDGE_MODEL": JUDGE}
+                "JUDGE_MODEL": JUDGE, "HF_HUB_OFFLINE": "0"}
     try:
         for case in all_cases.values():
             case.launch(runs, base_env)
