@@ -14,8 +14,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from hpc import yamlfile
 from hpc.errors import UsageError
 from hpc.timelimit import parse_time_limit
 
@@ -127,7 +126,7 @@ def qualified_hostname() -> str:
 
 def load_registry(path: Path = REGISTRY_FILE) -> Registry:
     """Read and check the cluster table."""
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = yamlfile.load(path.read_text()) or {}
     entries = raw.get("clusters")
     if not isinstance(entries, dict) or not entries:
         raise ValueError(f"{path}: expected a top-level 'clusters:' mapping")

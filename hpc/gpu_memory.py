@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
+from hpc import yamlfile
 from trainer.config import VLLM_SHARE
 
 MODELS_FILE = Path(__file__).with_name("models.yaml")
@@ -93,7 +92,7 @@ class Estimate:
 
 @lru_cache(maxsize=1)
 def known_models() -> dict[str, ModelShape]:
-    raw = yaml.safe_load(MODELS_FILE.read_text())["models"]
+    raw = yamlfile.load(MODELS_FILE.read_text())["models"]
     return {name: ModelShape(name, **fields) for name, fields in raw.items()}
 
 

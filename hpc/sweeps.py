@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from hpc import yamlfile
 from hpc.errors import UsageError
 from hpc.jobspec import JOB_NAME_RE, TRAIN_ARG_KEY_RE
 
@@ -74,7 +75,7 @@ def parse_sweep_flag(text: str) -> Axis:
 def read_sweep_file(path: Path) -> list[Axis]:
     """A YAML mapping of key -> list of values (a scalar is one value)."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yamlfile.load(path.read_text())
     except (OSError, yaml.YAMLError) as error:
         raise UsageError(f"invalid --sweep_file {str(path)!r}: {one_line(error)}") from None
     if not isinstance(data, dict) or not data:

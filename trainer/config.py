@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import yaml
 
+from hpc import yamlfile
 from hpc.deadline import DEFAULT_SETTINGS as DEFAULT_BOUNDARY
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
@@ -194,7 +195,7 @@ def read_yaml(name: str) -> dict[str, Any]:
         raise ConfigError(f"unknown config {name!r}; known configs: {', '.join(known_configs()) or '(none)'}")
     path = CONFIGS_DIR / f"{name}.yaml"
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yamlfile.load(path.read_text())
     except yaml.YAMLError as error:
         raise ConfigError(f"config {name!r} ({path}) is not valid YAML: {one_line(error)}") from None
     if data is None:
