@@ -303,11 +303,26 @@ def requeue(job_id: str) -> None:
         raise RuntimeError(f"scontrol requeue {job_id} failed (exit {result.returncode}): {result.stderr.strip()}")
 
 
-def resubmit(script: Path, after: str) -> str:
-    """Submit ``script`` again to start once job ``after`` has ended; return the new id."""
+def resubmit(script: Path, after: str, options: tuple[str, ...] = ()) -> str:
+    """Submit ``script`` again to start once job ``after`` has ended; return the new id
+    (``options`` override the script's #SBATCH lines: a smaller pack job asks for fewer GPUs)."""
     from hpc.submit import submit
 
-    return submit(script, f"afterany:{after}", env=slurm_env())
+    return submit(script, f"afterany:{after}", env=slurm_env(), options=options)
+
+
+def requeued(job_id: str) -> bool:
+    """``scontrol requeue`` this job; False (said on stderr) when Slurm refuses, and the caller
+    submits a follower instead. scontrol requeue ends the job at once: Slurm sends TERM to every
+    process of it (KILL after KillWait), so TERM is ignored from now on, for the moment it takes
+    to record the requeue: the ledger holds only what happened."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        requeue(job_id)
+        return True
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
+        print(f"[continuation] {err}; submitting a follow-up job with afterany instead", file=sys.stderr)
+        return False
 
 
 # -- hooks --------------------------------------------------------------------------
@@ -420,14 +435,7 @@ def carry_out(a: EndArgs, decision: Decision, ledger: list[dict[str, Any]], done
     elif decision.action == REQUEUED:
         run.append_ledger("requeue", job_id=a.job_id, by="slurm")
     elif decision.action == REQUEUE:
-        # scontrol requeue ends this job at once: Slurm sends TERM to every
-        # process of it (KILL after KillWait). Ignore TERM for the moment it
-        # takes to record the requeue, so the ledger holds only what happened.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            requeue(a.job_id)
-        except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
-            print(f"[continuation] {err}; submitting a follow-up job with afterany instead", file=sys.stderr)
+        if not requeued(a.job_id):
             submit_follower(a)
             return
         run.append_ledger("requeue", job_id=a.job_id, by="job")

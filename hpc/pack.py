@@ -135,13 +135,13 @@ def end(members: list[Member], job_id: str, settings: Settings, restart_count: i
         return []
     names = ", ".join(m.run.name for m in going)
     fewer = settings.resize is not None and len(going) < len(members)  # requeue would keep the GPUs
-    if settings.mode == "requeue" and not fewer and requeued(job_id):
+    if settings.mode == "requeue" and not fewer and cont.requeued(job_id):
         for m in going:
             m.run.append_ledger("requeue", job_id=job_id, by="job")
         print(f"[pack] requeued job {job_id} for {names}")
         return going
     try:
-        new_id = resubmit(settings, job_id, len(going))
+        new_id = cont.resubmit(settings.script, job_id, settings.options(len(going)))
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
         for m in going:
             cont.give_up(m.run, f"could not continue the pack job: {err}", None)
@@ -150,26 +150,6 @@ def end(members: list[Member], job_id: str, settings: Settings, restart_count: i
         m.run.append_ledger("resubmit", job_id=new_id, after=job_id, script=str(settings.script))
     print(f"[pack] submitted job {new_id} after job {job_id} for {names}")
     return going
-
-
-def resubmit(settings: Settings, job_id: str, runs: int) -> str:
-    """The pack script again, after this job, asking for the GPUs ``runs`` runs use."""
-    from hpc.submit import submit
-
-    return submit(settings.script, f"afterany:{job_id}", env=cont.slurm_env(), options=settings.options(runs))
-
-
-def requeued(job_id: str) -> bool:
-    """``scontrol requeue`` this job; False when Slurm refuses (the pack is then resubmitted)."""
-    import signal
-
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue TERMs this job: record it first
-    try:
-        cont.requeue(job_id)
-        return True
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
-        print(f"[pack] {err}; submitting the pack script again with afterany instead", file=sys.stderr)
-        return False
 
 
 # -- command line ------------------------------------------------------------------------------

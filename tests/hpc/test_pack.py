@@ -53,9 +53,9 @@ def ran(m: pack.Member, job: str, outcome: str, step: int, start_step: int = 0) 
 def slurm_calls(monkeypatch):
     calls: list = []
     monkeypatch.setattr(cont, "slurm_view", lambda job, restarts: cont.SlurmView())
-    monkeypatch.setattr(pack, "requeued", lambda job: calls.append(("requeue", job)) or True)
-    monkeypatch.setattr(pack, "resubmit", lambda settings, job, runs: calls.append(
-        ("resubmit", job, settings.options(runs))) or "99")
+    monkeypatch.setattr(cont, "requeued", lambda job: calls.append(("requeue", job)) or True)
+    monkeypatch.setattr(cont, "resubmit", lambda script, job, options=(): calls.append(
+        ("resubmit", job, options)) or "99")
     return calls
 
 
