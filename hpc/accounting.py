@@ -758,9 +758,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run", help="a run name under the runs directory, or a run directory (a path with '/')")
     parser.add_argument("--runs_dir", type=Path, default=None, help="default: the launcher's (RUNS_DIR)")
     args = parser.parse_args(argv)
-    from hpc.report import resolve_runs_dir
+    from hpc.report import run_argument
 
-    run = RunDir(Path(args.run) if "/" in args.run else resolve_runs_dir(args.runs_dir) / args.run)
+    run = run_argument(args.run, args.runs_dir)
     if not run.ledger.is_file():
         print(f"python -m hpc.accounting: {run.path} is not a run directory (no ledger.jsonl; accepted: a run "
               "name under the runs directory, or a run directory)", file=sys.stderr)

@@ -54,7 +54,7 @@ from hpc.gpus import plan_gpus
 from hpc.judge_serve import JudgeServe, judge_serve
 from hpc.network import tunnel_for
 from hpc.render import render
-from hpc.rundir import RunDir
+from hpc.rundir import RunDir, SweepDir
 from hpc import submit as slurm
 from hpc.submit import SlurmError
 from hpc.timelimit import parse_time_limit
@@ -261,6 +261,13 @@ def render_script(spec: JobSpec) -> str:
         return render(spec.cluster.template, spec.template_context())
     except ValueError as err:  # the sbatch filter's last line of defence
         raise UsageError(str(err)) from None
+
+
+def checked_script(spec: JobSpec) -> str:
+    """The rendered script, refused (UsageError) unless it passes ``bash -n``."""
+    script = render_script(spec)
+    bash_syntax_check(script)
+    return script
 
 
 def bash_syntax_check(script: str) -> None:
@@ -532,21 +539,26 @@ def login_preflight(spec: JobSpec) -> int:
     return 0 if result.returncode == 0 else 1
 
 
+def launch_sweep(args: argparse.Namespace, argv: list[str], registry: Registry) -> int:
+    from hpc import sweep_launch  # imports this module: loaded only for a sweep
+
+    return sweep_launch.launch_sweep(args, argv, registry)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
         check_preflight_flags(args)
         registry = load_registry()
-        from hpc import sweep_launch  # a sweep: --sweep, --sweep_file, or the name of one launched before
-
-        if sweep_launch.is_sweep(args, registry):
-            return sweep_launch.launch_sweep(args, argv, registry)
+        if args.sweep or args.sweep_file:
+            return launch_sweep(args, argv, registry)
+        spec = spec_from_args(args, registry)
+        if SweepDir(spec.run_dir.path).is_sweep():  # the name of a sweep launched before: all its runs
+            return launch_sweep(args, argv, registry)
         if args.pack != "auto":
             raise UsageError(f"--pack {args.pack} applies to sweeps: add --sweep KEY=V1,V2 (a single run has one job)")
-        spec = spec_from_args(args, registry)
-        script = render_script(spec)
-        bash_syntax_check(script)
+        script = checked_script(spec)
         if args.dry_run:
             print_preview(spec, script, args.restart)
             return login_preflight(spec) if args.preflight else 0

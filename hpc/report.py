@@ -215,13 +215,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run", help="a run name under the runs directory, or a run directory")
     parser.add_argument("--runs_dir", type=Path, default=None, help="default: the launcher's (RUNS_DIR)")
     args = parser.parse_args(argv)
-    run = RunDir(Path(args.run) if "/" in args.run else resolve_runs_dir(args.runs_dir) / args.run)
+    run = run_argument(args.run, args.runs_dir)
     if not run.ledger.exists() and not run.steps_file.exists():
         print(f"hpc.report: error: {run.path} is not a run directory (no ledger.jsonl or steps.jsonl)",
               file=sys.stderr)
         return 2
     print(write_report(run))
     return 0
+
+
+def run_argument(text: str, runs_dir: Path | None) -> RunDir:
+    """A command line's RUN: a run directory (a path with '/'), else a run name under the runs directory."""
+    return RunDir(Path(text) if "/" in text else resolve_runs_dir(runs_dir) / text)
 
 
 def resolve_runs_dir(flag: Path | None) -> Path:

@@ -29,7 +29,7 @@ from hpc.clusters import Registry
 from hpc.envfiles import merge_layers, redact_argv
 from hpc.errors import UsageError
 from hpc.jobspec import JobSpec, Pack, PackMember, check_job_name, env_layers, outer_env, resolve_runs_dir
-from hpc.rundir import RunDir, SweepDir
+from hpc.rundir import SweepDir
 
 
 @dataclass(frozen=True)
@@ -71,11 +71,6 @@ def sweep_dir(args: argparse.Namespace, registry: Registry) -> SweepDir:
     name = check_job_name(args.job_name)
     runs_dir = resolve_runs_dir(args.runs_dir, env_layers(cluster, args.env), outer_env(cluster, name))
     return SweepDir(runs_dir / name)
-
-
-def is_sweep(args: argparse.Namespace, registry: Registry) -> bool:
-    """--sweep or --sweep_file, or the name of a sweep launched before (a relaunch)."""
-    return bool(args.sweep or args.sweep_file) or sweep_dir(args, registry).is_sweep()
 
 
 def sweep_members(args: argparse.Namespace, sweep: SweepDir) -> list[sweeps.Member]:
@@ -170,23 +165,22 @@ def pack_env(plan: SweepPlan, name: str):  # -> MergedEnv
 
 def packed_script(spec: JobSpec) -> str:
     """A run's own script as a pack job runs it."""
-    script = launch.render_script(replace(spec, packed=True))
-    launch.bash_syntax_check(script)
-    return script
+    return launch.checked_script(replace(spec, packed=True))
 
 
-def pack_script(spec: JobSpec) -> str:
-    script = launch.render_script(spec)
-    launch.bash_syntax_check(script)
-    return script
+def job_specs(plan: SweepPlan) -> list[JobSpec]:
+    """What each job of the launch is: a pack job, or the run's own job."""
+    if plan.per_job > 1:
+        return [pack_spec(plan, group, k) for k, group in enumerate(plan.groups(), 1)]
+    return [group[0].spec for group in plan.groups()]
 
 
 # -- preview ------------------------------------------------------------------------------------
 
 
-def preview(plan: SweepPlan, args: argparse.Namespace) -> None:
+def preview(plan: SweepPlan) -> None:
     first = plan.first
-    groups = plan.groups()
+    groups, jobs = plan.groups(), job_specs(plan)
     print(f"sweep:        {plan.sweep.name}: {len(plan.runs)} run(s), {sum(r.launch for r in plan.runs)} to launch "
           f"in {len(groups)} job(s) ({plan.per_job} run(s) per job{packing_note(plan)})")
     print(f"cluster:      {first.cluster.name} ({first.detection.reason})")
@@ -199,13 +193,12 @@ def preview(plan: SweepPlan, args: argparse.Namespace) -> None:
     for line in table(["RUN", "VALUES", "JOB", "STATE"], rows):
         print(line)
     print("\n# jobs")
-    for k, group in enumerate(groups, 1):
-        use = pack_spec(plan, group, k).gpu_line if plan.per_job > 1 else group[0].spec.gpu_line
-        print(f"job {k}: {use}")
-    if not groups:
+    for k, job in enumerate(jobs, 1):
+        print(f"job {k}: {job.gpu_line}")
+    if not jobs:
         print("none: every run is finished or has a job (nothing would be submitted)")
         return
-    preview_scripts(plan, groups[0])
+    preview_scripts(jobs, groups[0][0].spec)
 
 
 def packing_note(plan: SweepPlan) -> str:
@@ -215,25 +208,20 @@ def packing_note(plan: SweepPlan) -> str:
     return "; packing off" if not cluster.whole_nodes else ""
 
 
-def preview_scripts(plan: SweepPlan, group: list[Planned]) -> None:
-    """One rendered script (the first job's), and the command of every job."""
-    if plan.per_job > 1:
-        spec = pack_spec(plan, group, 1)
-        print(f"\n# job script of job 1 ({spec.script_path})")
-        print(pack_script(spec), end="")
-        run = group[0].spec
+def preview_scripts(jobs: list[JobSpec], run: JobSpec) -> None:
+    """One rendered script (the first job's, and its first run's when it is a pack), and every job's command."""
+    first = jobs[0]
+    if first.pack:
+        print(f"\n# job script of job 1 ({first.script_path})")
+        print(launch.checked_script(first), end="")
         print(f"\n# the script of its run {run.job_name} ({run.script_path}); the other runs' differ in names and values")
         print(packed_script(run), end="")
     else:
-        spec = group[0].spec
-        print(f"\n# job script of job 1 ({spec.script_path}); the other runs' differ in names and values")
-        script = launch.render_script(spec)
-        launch.bash_syntax_check(script)
-        print(script, end="")
+        print(f"\n# job script of job 1 ({first.script_path}); the other runs' differ in names and values")
+        print(launch.checked_script(first), end="")
     print("\n# commands")
-    for k, each in enumerate(plan.groups(), 1):
-        path = pack_spec(plan, each, k).script_path if plan.per_job > 1 else each[0].spec.script_path
-        print(shlex.join(slurm.sbatch_command(path)))
+    for job in jobs:
+        print(shlex.join(slurm.sbatch_command(job.script_path)))
     print("\nbash -n: ok")
 
 
@@ -265,7 +253,7 @@ def record_sweep(plan: SweepPlan) -> None:
 
 def submit_alone(run: Planned, sweep: str, argv: list[str], restart: bool) -> None:
     """A run in a job of its own, exactly as a single launch submits it."""
-    script = launch.render_script(run.spec)
+    script = launch.checked_script(run.spec)
     try:
         launch.submit_run(run.spec, script, argv, restart)
     except launch.ActiveJobs as error:
@@ -285,8 +273,9 @@ def submit_pack(plan: SweepPlan, group: list[Planned], index: int, argv: list[st
         spec = pack_spec(plan, ready, index)
         write_pack_files(spec)
         job_id = slurm.submit(spec.script_path)
+        commit = slurm.git_commit(launch.REPO_DIR)
         for run in ready:
-            record_submit(run, spec, job_id, redact_argv(argv, run.spec.env))
+            record_submit(run, spec, job_id, commit, redact_argv(argv, run.spec.env))
     names = ", ".join(r.spec.job_name for r in ready)
     print(f"submitted pack job {job_id} ({spec.job_name}) on {spec.cluster.name}: {names}")
     print(f"  script: {spec.script_path}\n  GPUs:   {spec.gpu_line}")
@@ -311,21 +300,23 @@ def write_pack_files(spec: JobSpec) -> None:
     spec.run_dir.scripts_dir.mkdir(parents=True, exist_ok=True)
     spec.run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
     with open(spec.script_path, "x") as handle:
-        handle.write(pack_script(spec))
+        handle.write(launch.checked_script(spec))
     launch.write_secrets(spec.run_dir, spec.env.secret_values())
 
 
-def record_submit(run: Planned, pack: JobSpec, job_id: str, argv: list[str]) -> None:
+def record_submit(run: Planned, pack: JobSpec, job_id: str, commit: str | None, argv: list[str]) -> None:
+    """The pack job in the run's ledger, with the run's own script and logs (hpc.launch's submit record)."""
+    assert pack.pack is not None
     out, err = run.spec.run_dir.log_paths(job_id)
     run.spec.run_dir.append_ledger(
         "submit", job_id=job_id, cluster=pack.cluster.name, script=str(run.spec.script_path),
-        pack=pack.job_name, pack_script=str(pack.script_path), pack_runs=len(pack.pack.members) if pack.pack else 1,
-        git_commit=slurm.git_commit(launch.REPO_DIR), argv=argv, log_out=str(out), log_err=str(err))
+        pack=pack.job_name, pack_script=str(pack.script_path), pack_runs=len(pack.pack.members),
+        git_commit=commit, argv=argv, log_out=str(out), log_err=str(err))
 
 
 def launch_sweep(args: argparse.Namespace, argv: list[str], registry: Registry) -> int:
     the_plan = plan(args, registry)
     if args.dry_run:
-        preview(the_plan, args)
+        preview(the_plan)
         return 0
     return submit(the_plan, args, argv)
