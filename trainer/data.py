@@ -6,6 +6,7 @@ it) before any job runs::
 
     python -m trainer.data prepare [--data_dir D] [--emails SRC] [--questions SRC] [--force]
     python -m trainer.data stage-model [--config agent_008] [--base_model ID] [--hf_home DIR]
+    python -m trainer.data make-model DIR [--size tiny|small] [--data_dir D]   # trainer/model_maker.py
 
 A source (SRC) is a Hugging Face dataset id, or a local copy of one:
 
@@ -477,7 +478,29 @@ def _parser() -> argparse.ArgumentParser:
                                 "cluster's dotenv, if any; see --judge_serve of hpc.launch)")
     stage_cmd.add_argument("--hf_home", type=Path, default=None,
                            help="Hugging Face home (default: $HF_HOME, else HF_HOME of this cluster's dotenv)")
+    make_cmd = commands.add_parser(
+        "make-model", help="write a small random Qwen2-architecture model with a tokenizer trained on the emails",
+        description="Write a Hugging Face model folder made here (no download): random Qwen2 weights, a BPE "
+                    "tokenizer trained on the staged emails, Qwen2.5's chat template and tool-call tokens. "
+                    "Use it as base_model to check a cluster's GPU stack (trainer/model_maker.py).")
+    make_cmd.add_argument("out", type=Path, metavar="DIR", help="the model folder to write")
+    make_cmd.add_argument("--size", default="small", help="tiny (about 5 MB) or small (about 30 MB, default)")
+    make_cmd.add_argument("--data_dir", type=Path, default=None,
+                          help="the staged data whose emails train the tokenizer (default: $DATA_DIR, else <repo>/data)")
+    make_cmd.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     return parser
+
+
+def make_model_folder(args: argparse.Namespace) -> list[str]:
+    """``make-model``: the folder, and one line saying what it holds."""
+    from trainer.model_maker import corpus, make_model
+
+    data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
+    made = make_model(args.out, corpus(data_paths(data_dir).db), args.size, args.seed)
+    return [f"model:      {made.path} ({made.size}: {made.parameters / 1e6:.1f}M parameters, vocabulary "
+            f"{made.vocab_size}, {made.weight_bytes / 2**20:.1f} MiB of bf16 weights; tokenizer trained on "
+            f"{made.corpus_texts:,} texts)",
+            f"use it:     --train_arg base_model={made.path}"]
 
 
 def stage_models(args: argparse.Namespace) -> list[str]:
@@ -499,9 +522,12 @@ def stage_models(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from trainer.model_maker import ModelMakerError
+
+    commands = {"stage-model": stage_models, "make-model": make_model_folder, "prepare": prepare_data}
     try:
-        lines = stage_models(args) if args.command == "stage-model" else prepare_data(args)
-    except (SourceError, ConfigError) as error:
+        lines = commands[args.command](args)
+    except (SourceError, ConfigError, ModelMakerError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     for line in lines:

@@ -9,6 +9,7 @@ write. Regenerate the corpus with tests/fixtures/art_e/make_fixture.py.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,3 +52,18 @@ def email_db(art_e_data_dir: Path) -> Iterator[EmailDB]:
 def scenarios(art_e_data_dir: Path) -> list[Scenario]:
     """The train split as training loads it: known-bad ids out, single-email answers, shuffled with seed 42."""
     return load_scenarios(art_e_data_dir, "train")
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def backend_python() -> Path:
+    python = Path(os.environ.get("HPC_BACKEND_PYTHON") or REPO / ".venv-backend" / "bin" / "python")
+    if not python.exists():
+        message = (f"the real ART backend is not installed ({python} missing): "
+                   "VENV=.venv-backend bash setup.sh --backend --no-runtime")
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return python

@@ -29,18 +29,6 @@ GPU_BOUNDARY = "Unsloth cannot find any torch accelerator? You need a GPU."
 API_ERRORS = ("ImportError", "ModuleNotFoundError", "AttributeError", "TypeError", "NameError")
 
 
-@pytest.fixture(scope="module")
-def backend_python() -> Path:
-    python = Path(os.environ.get("HPC_BACKEND_PYTHON") or REPO / ".venv-backend" / "bin" / "python")
-    if not python.exists():
-        message = (f"the real ART backend is not installed ({python} missing): "
-                   "VENV=.venv-backend bash setup.sh --backend --no-runtime")
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return python
-
-
 def test_agent_008_runs_until_unsloth_finds_no_gpu(backend_python: Path, art_e_data_dir: Path, tmp_path: Path) -> None:
     hf_home = tmp_path / "hf"
     for repo in required_repos("Qwen/Qwen2.5-14B-Instruct"):  # staged, as stage-model leaves them
