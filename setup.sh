@@ -10,6 +10,9 @@
 #   bash setup.sh --no-runtime # the backend without building the vLLM runtime (CI: no GPU to serve with)
 #   bash setup.sh --ray        # + Ray, for multi-node runs and their tests
 #   VENV=DIR bash setup.sh ... # into DIR instead of .venv (CI keeps the backend apart in .venv-backend)
+#   bash setup.sh --wheelhouse DIR [--arch x86_64|aarch64] [--have FREEZE]
+#                              # download the backend's and the vLLM runtime's wheels for an offline target
+#   bash setup.sh --from-wheelhouse DIR  # no index here: .venv, the backend and the runtime from DIR alone
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,18 +22,37 @@ runtime=yes
 extras=(frontend test)
 TORCH_INDEX="${TORCH_INDEX:-https://download.pytorch.org/whl/cu128}"
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+wheelhouse=""       # --wheelhouse DIR: download for a target
+from_wheelhouse=""  # --from-wheelhouse DIR: install from it, no index
+arch="$(uname -m)"
+have=""
 
-for arg in "$@"; do
-  case "$arg" in
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+accepted="--backend, --no-backend, --no-runtime, --ray, --wheelhouse DIR, --arch ARCH, --have FILE, --from-wheelhouse DIR, -h"
+value() { [[ -n "${2:-}" && "${2:0:2}" != -- ]] || { echo "setup.sh: $1 needs a value (accepted: $accepted)" >&2; exit 2; }; }
+
+while (($#)); do
+  case "$1" in
     --backend) backend=yes ;;
     --no-backend) backend=no ;;
     --no-runtime) runtime=no ;;
     --ray) extras+=(ray) ;;
+    --wheelhouse) value "$1" "${2:-}"; wheelhouse="$2"; shift ;;
+    --arch) value "$1" "${2:-}"; arch="$2"; shift ;;
+    --have) value "$1" "${2:-}"; have="$2"; shift ;;
+    --from-wheelhouse) value "$1" "${2:-}"; from_wheelhouse="$2"; shift ;;
     -h|--help) usage; exit 0 ;;
-    *) echo "setup.sh: unknown option '$arg' (accepted: --backend, --no-backend, --no-runtime, --ray, -h)" >&2; exit 2 ;;
+    *) echo "setup.sh: unknown option '$1' (accepted: $accepted)" >&2; exit 2 ;;
   esac
+  shift
 done
+if [[ -n "$have" && ! -f "$have" ]]; then
+  echo "setup.sh: --have $have does not exist (accepted: a file of the target's 'pip list --format=freeze')" >&2; exit 2
+fi
+if [[ -n "$from_wheelhouse" && ! -f "$from_wheelhouse/backend.lock" ]]; then
+  echo "setup.sh: --from-wheelhouse $from_wheelhouse is not a wheelhouse (no backend.lock; make one with --wheelhouse)" >&2
+  exit 2
+fi
 
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -57,6 +79,47 @@ python=$(find_python) || die "no Python >= 3.12 found (tried python3.13, python3
 On a cluster load one first: TACC 'module load python3/3.12' (see 'module spider python3'), \
 JSC 'module load Stages/2025 GCC Python' (Python 3.12); or set PYTHON=/path/to/python3.12"
 say "Python: $python ($("$python" --version 2>&1))"
+
+# The jobs' setting of a dotenv variable on this cluster (e.g. ART_VLLM_RUNTIME_CACHE_DIR).
+cluster_setting() {
+  "$venv/bin/python" -c 'import sys
+from hpc.clusters import load_registry
+from hpc.jobspec import dotenv_setting
+print(dotenv_setting(sys.argv[1], load_registry().detect().cluster) or "")' "$1"
+}
+
+# Offline (--from-wheelhouse DIR): no index, everything from DIR (made by --wheelhouse on a
+# machine with PyPI). The venvs see this Python's packages (a GPU node's torch and its CUDA
+# stack) and add what the locks need beside them (hpc/wheelhouse.py); the vLLM runtime goes
+# where the jobs look for the PyPI build (hpc/vllm_runtime.py).
+wheelhouse_python() { PYTHONPATH="$repo" "$python" -m hpc.wheelhouse "$@"; }
+install_from_wheelhouse() {
+  local house target bundle
+  house="$(cd "$1" && pwd)"
+  say "installing from the wheelhouse $house (no package index)"
+  wheelhouse_python venv "$venv" || die "could not create $venv"
+  wheelhouse_python install "$house" --name backend --python "$venv/bin/python" || die "installing the backend from $house failed"
+  "$python" -m pip --python "$venv/bin/python" install --quiet --no-index --no-deps --no-build-isolation -e "$repo" \
+    || die "installing this project into $venv failed"
+  if [[ "$runtime" != yes ]]; then say "--no-runtime: the vLLM runtime is not built"; return 0; fi
+  ART_VLLM_RUNTIME_CACHE_DIR=$(cluster_setting ART_VLLM_RUNTIME_CACHE_DIR) || die "cannot work out ART_VLLM_RUNTIME_CACHE_DIR"
+  export ART_VLLM_RUNTIME_CACHE_DIR
+  target=$("$venv/bin/python" -m hpc.vllm_runtime pypi-dir)
+  wheelhouse_python venv "$target/.venv" || die "could not create $target/.venv"
+  wheelhouse_python install "$house" --name runtime --python "$target/.venv/bin/python" || die "installing the vLLM runtime failed"
+  bundle=$("$venv/bin/python" -c 'from hpc.vllm_runtime import find_bundle; print(find_bundle().wheel)') \
+    || die "ART's runtime bundle is not in $venv"
+  "$python" -m pip --python "$target/.venv/bin/python" install --quiet --no-index --no-deps --force-reinstall "$bundle" \
+    || die "installing ART's runtime package failed"
+  say "$("$venv/bin/python" -m hpc.vllm_runtime shim "$target/.venv/bin/python")"
+  say "vLLM runtime: $target/.venv/bin/art-vllm-runtime-server"
+}
+if [[ -n "$from_wheelhouse" ]]; then
+  install_from_wheelhouse "$from_wheelhouse"
+  "$venv/bin/python" -c 'import hpc.launch' || die "the launcher does not import"
+  say "done (offline, from $from_wheelhouse)"
+  exit 0
+fi
 
 if [[ -x "$venv/bin/python" ]] && ! new_enough "$venv/bin/python"; then
   say "$venv has $("$venv/bin/python" --version 2>&1); recreating it with Python >= 3.12"
@@ -96,6 +159,19 @@ fi
 # Does this machine reach a URL? (login nodes do; CI and some sites reach only PyPI)
 reachable() { "$venv/bin/python" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)' "$1" >/dev/null 2>&1; }
 
+# The torch release ART's [backend] extra pins (without its +cu128 label).
+art_torch_pin() {
+  "$venv/bin/python" -c 'import importlib.metadata as m, re
+print(next(re.match(r"torch==([^+;\s]+)", r).group(1) for r in m.requires("openpipe-art")
+           if r.startswith("torch==") and "backend" in r))'
+}
+# uv overrides for PyPI's torch in place of ART's +cu128 pin: torch, and the torchvision and
+# torchaudio built for it, as ART's vLLM runtime pins them (else a newer torchvision comes along).
+torch_overrides() {
+  echo "torch==$1"
+  "$venv/bin/python" -m hpc.vllm_runtime torch-pins | grep -v '^torch=='
+}
+
 # ART's [backend] extra pins torch==<X>+cu128, a build only PyTorch's own index serves,
 # which pip's resolver cannot combine with PyPI; uv installs it from that index where this
 # machine reaches it, else with PyPI's torch==<X> in its place (a uv override: the same
@@ -104,9 +180,7 @@ install_backend() {
   local art_version torch_pin override spec
   "$venv/bin/python" -m pip install --quiet uv || die "pip install uv failed"
   art_version=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("openpipe-art"))')
-  torch_pin=$("$venv/bin/python" -c 'import importlib.metadata as m, re
-print(next(re.match(r"torch==([^+;\s]+)", r).group(1) for r in m.requires("openpipe-art")
-           if r.startswith("torch==") and "backend" in r))')
+  torch_pin=$(art_torch_pin)
   spec="${repo}[$(IFS=,; echo "${extras[*]}"),backend]"
   if reachable "$TORCH_INDEX/torch/"; then
     say "installing openpipe-art[backend]==$art_version with torch==$torch_pin+cu128 from PyTorch's index ($TORCH_INDEX)"
@@ -115,21 +189,14 @@ print(next(re.match(r"torch==([^+;\s]+)", r).group(1) for r in m.requires("openp
       || die "installing the backend from PyTorch's index failed (see above)"
   else
     override="$venv/torch-override.txt"
-    echo "torch==$torch_pin" > "$override"
+    torch_overrides "$torch_pin" > "$override" || die "cannot read ART's torch pins"
     say "PyTorch's index ($TORCH_INDEX) is not reachable from here: installing openpipe-art[backend]==$art_version"
-    say "with PyPI's torch==$torch_pin in place of torch==$torch_pin+cu128 (uv --override $override)"
+    say "with PyPI's $(paste -sd' ' "$override") in place of torch==$torch_pin+cu128 (uv --override $override)"
     "$venv/bin/uv" pip install --quiet -p "$venv/bin/python" --override "$override" \
       -e "$spec" "openpipe-art[backend]==$art_version" || die "installing the backend failed (see above)"
   fi
 }
 
-# The jobs' setting of a dotenv variable on this cluster (e.g. ART_VLLM_RUNTIME_CACHE_DIR).
-cluster_setting() {
-  "$venv/bin/python" -c 'import sys
-from hpc.clusters import load_registry
-from hpc.jobspec import dotenv_setting
-print(dotenv_setting(sys.argv[1], load_registry().detect().cluster) or "")' "$1"
-}
 
 # ART's LocalBackend serves rollouts from a vLLM runtime in a virtual environment of its
 # own. Build it here (a login node has internet; compute nodes may not), where the jobs
@@ -138,7 +205,7 @@ print(dotenv_setting(sys.argv[1], load_registry().detect().cluster) or "")' "$1"
 # elsewhere (aarch64: Vista, JUPITER; or no PyTorch index) the same pinned versions come
 # from PyPI (hpc/vllm_runtime.py), into <cache>/pypi-<arch>, where the trainer finds it.
 build_runtime() {
-  local cache target reqs
+  local cache target reqs server
   if [[ -n "${ART_VLLM_RUNTIME_BIN:-}" ]]; then
     say "ART_VLLM_RUNTIME_BIN is set: ART will use that vLLM runtime server"; return 0
   fi
@@ -146,9 +213,11 @@ build_runtime() {
   export ART_VLLM_RUNTIME_CACHE_DIR="$cache"
   if [[ "$(uname -m)" == x86_64 ]] && reachable "$TORCH_INDEX/torch/" && reachable https://github.com; then
     say "building ART's managed vLLM runtime in $cache (downloads vLLM, several GB)"
-    PATH="$venv/bin:$PATH" "$venv/bin/python" -c \
-      'from art.vllm_runtime import ensure_vllm_runtime; print("[setup] vLLM runtime:", ensure_vllm_runtime())' \
+    server=$(PATH="$venv/bin:$PATH" "$venv/bin/python" -c \
+      'from art.vllm_runtime import ensure_vllm_runtime; print(ensure_vllm_runtime())' | tail -n 1) \
       || die "could not build ART's vLLM runtime (see above), or set ART_VLLM_RUNTIME_BIN to a vLLM runtime server"
+    say "$("$venv/bin/python" -m hpc.vllm_runtime shim "$(dirname "$server")/python")"
+    say "vLLM runtime: $server"
     return 0
   fi
   target=$("$venv/bin/python" -m hpc.vllm_runtime pypi-dir)
@@ -160,8 +229,33 @@ build_runtime() {
   "$venv/bin/uv" venv --quiet --allow-existing -p "$python" "$target/.venv" || die "could not create $target/.venv"
   "$venv/bin/uv" pip install --quiet -p "$target/.venv/bin/python" --override "$reqs/overrides.txt" \
     -r "$reqs/requirements.txt" || die "could not install the vLLM runtime from PyPI (see above)"
+  say "$("$venv/bin/python" -m hpc.vllm_runtime shim "$target/.venv/bin/python")"
   say "vLLM runtime: $target/.venv/bin/art-vllm-runtime-server"
 }
+
+# --wheelhouse DIR: the backend's and ART's vLLM runtime's wheels for an offline target, each
+# set locked for it (python 3.12 on --arch) and cut to what --have says it lacks.
+download_wheelhouse() {
+  local house="$1" reqs
+  mkdir -p "$house" && house="$(cd "$house" && pwd)"
+  reqs="$house/requirements"
+  mkdir -p "$reqs"
+  printf -- '-e %s[frontend,backend]\n' "$repo" > "$reqs/backend.in"
+  torch_overrides "$(art_torch_pin)" > "$reqs/backend-overrides.txt" || die "cannot read ART's torch pins"
+  "$venv/bin/python" -m hpc.vllm_runtime requirements "$reqs/runtime" >/dev/null || die "cannot read ART's runtime bundle"
+  local args=(--arch "$arch" --uv "$venv/bin/uv")
+  [[ -z "$have" ]] || args+=(--have "$have")
+  "$venv/bin/python" -m hpc.wheelhouse download "$house" --name backend --requirements "$reqs/backend.in" \
+    --overrides "$reqs/backend-overrides.txt" "${args[@]}" || die "the backend's wheels could not be downloaded"
+  "$venv/bin/python" -m hpc.wheelhouse download "$house" --name runtime --requirements "$reqs/runtime/requirements.txt" \
+    --overrides "$reqs/runtime/overrides.txt" "${args[@]}" || die "the vLLM runtime's wheels could not be downloaded"
+  say "wheelhouse for $arch: $house ($(du -sh "$house/wheels" | cut -f1)); on the target: bash setup.sh --from-wheelhouse DIR"
+}
+if [[ -n "$wheelhouse" ]]; then
+  [[ -n "${cluster:-}" ]] || install "${extras[@]}"
+  download_wheelhouse "$wheelhouse"
+  exit 0
+fi
 
 if [[ "$backend" == yes ]]; then
   [[ -n "${cluster:-}" ]] || install "${extras[@]}"

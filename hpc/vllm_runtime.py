@@ -78,6 +78,17 @@ def pypi_requirements(bundle: Bundle) -> tuple[list[str], list[str]]:
     return requirements, overrides
 
 
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+
+
+def torch_pins(bundle: Bundle) -> list[str]:
+    """torch and the torchvision and torchaudio releases built for it, as ART's runtime pins
+    them. The backend's torch override needs all three: resolved alone, a newer torchvision
+    (built for a newer torch) comes along and fails at import ('torchvision::nms does not exist')."""
+    requirements, _ = pypi_requirements(bundle)
+    return [line for line in requirements if line.split("==")[0] in TORCH_FAMILY]
+
+
 def cache_dir(env: Mapping[str, str]) -> Path:
     """Where runtimes are built and looked for (ART_VLLM_RUNTIME_CACHE_DIR, else ART's default)."""
     value = env.get("ART_VLLM_RUNTIME_CACHE_DIR")
@@ -150,6 +161,61 @@ def job_runtime_env(env: Mapping[str, str]) -> dict[str, str]:
     return {}
 
 
+# -- TileLang's CUDA runtime stub ------------------------------------------------------
+
+SHIM_DIR = Path("nvidia") / "cudart_shim" / "lib"  # ART puts <runtime site-packages>/nvidia/*/lib on LD_LIBRARY_PATH
+STUB = "libcudart_stub.so"
+# run by the runtime's Python: the CUDA runtime its torch loads, as the process maps it
+_LOADED_CUDART = """import torch, re
+torch.cuda.is_available()
+paths = {line.split()[-1] for line in open('/proc/self/maps') if re.search(r'/libcudart\\.so[.0-9]*$', line.strip())}
+print('\\n'.join(sorted(paths)))"""
+
+
+def cudart_shim(site_packages: Path, cudart: Path) -> Path:
+    """Make TileLang's CUDA runtime stub resolve to the real runtime in ART's vLLM runtime.
+
+    vLLM 0.25.1 needs TileLang (ART's runtime patches import its kernels), whose libraries
+    link ``libcudart_stub.so``, a stub exporting 39 of the runtime's functions. vLLM finds
+    "the" CUDA runtime as the first mapping whose name starts with ``libcudart`` and the stub,
+    loaded last, comes first: its sleep mode then fails at start-up ("undefined symbol:
+    cudaDeviceReset", seen on an H200, 2026-11-26). A ``libcudart_stub.so`` that is the real
+    runtime, in a folder ART puts first on the runtime's ``LD_LIBRARY_PATH``, wins over the
+    stub (TileLang's libraries find it through RUNPATH, which comes after LD_LIBRARY_PATH);
+    the loader sees the runtime torch already loaded and maps nothing new."""
+    folder = site_packages / SHIM_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / STUB
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(cudart)
+    return link
+
+
+def loaded_cudart(python: str) -> Path | None:
+    """The CUDA runtime the runtime Python's torch loads (None: linked statically, or no GPU driver)."""
+    import subprocess
+
+    result = subprocess.run([python, "-c", _LOADED_CUDART], capture_output=True, text=True)
+    paths = result.stdout.split() if result.returncode == 0 else []
+    return Path(paths[0]) if paths else None
+
+
+def shim_runtime(python: str) -> str:
+    """``cudart_shim`` for the runtime of ``python``, where TileLang is installed; one line saying what."""
+    import subprocess
+
+    probe = "import sysconfig, importlib.util as u; print(sysconfig.get_path('purelib')); print(bool(u.find_spec('tilelang')))"
+    site_packages, has_tilelang = subprocess.run([python, "-c", probe], capture_output=True, text=True,
+                                                 check=True).stdout.split()
+    if has_tilelang != "True":
+        return "TileLang is not installed in the runtime: no CUDA runtime shim needed"
+    cudart = loaded_cudart(python)
+    if cudart is None:
+        return "the runtime's torch maps no libcudart (static, or no driver here): no CUDA runtime shim"
+    return f"TileLang's {STUB} resolves to {cudart} ({cudart_shim(Path(site_packages), cudart)})"
+
+
 # -- command line --------------------------------------------------------------------
 
 
@@ -161,9 +227,15 @@ def main(argv: list[str] | None = None) -> int:
         "out", type=Path)
     sub.add_parser("status", help="which runtime a job here would use")
     sub.add_parser("pypi-dir", help="the PyPI build's directory for this machine")
+    sub.add_parser("torch-pins", help="torch, torchvision and torchaudio as ART's runtime pins them")
+    sub.add_parser("shim", help="TileLang's CUDA runtime stub resolves to the real one in a runtime").add_argument(
+        "python", help="the runtime's Python")
     args = parser.parse_args(argv)
     if args.command == "status":
         print(describe(os.environ, platform.machine()))
+        return 0
+    if args.command == "shim":
+        print(shim_runtime(args.python))
         return 0
     if args.command == "pypi-dir":
         print(pypi_runtime_dir(os.environ))
@@ -173,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         print("hpc.vllm_runtime: ART (openpipe-art) is not installed here: no runtime bundle to read",
               file=sys.stderr)
         return 2
+    if args.command == "torch-pins":
+        print("\n".join(torch_pins(bundle)))
+        return 0
     requirements, overrides = pypi_requirements(bundle)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "requirements.txt").write_text("\n".join([*requirements, str(bundle.wheel)]) + "\n")

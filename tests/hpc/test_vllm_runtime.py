@@ -94,3 +94,30 @@ def test_an_explicit_runtime_bin_wins_and_a_missing_one_is_said(tmp_path: Path) 
     env = {"ART_VLLM_RUNTIME_BIN": f"{server} --flag"}
     assert rt.choose(env, "aarch64") == rt.Choice(server, "ART_VLLM_RUNTIME_BIN")
     assert rt.job_runtime_env(env) == {}, "the user's choice is already in the environment"
+
+
+def test_the_backends_torch_override_pairs_torch_with_the_torchvision_art_pins_for_it() -> None:
+    bundle = rt.find_bundle()
+    if bundle is None:
+        pytest.skip("ART is not installed")
+    pins = dict(line.split("==") for line in rt.torch_pins(bundle))
+    assert set(pins) == {"torch", "torchvision", "torchaudio"}
+    assert pins["torch"] == "2.11.0" and pins["torchvision"] == "0.26.0"
+
+
+def test_tilelangs_cuda_runtime_stub_resolves_where_art_puts_the_runtime_libraries_first(tmp_path: Path) -> None:
+    """ART prepends <runtime site-packages>/nvidia/*/lib to the runtime's LD_LIBRARY_PATH; a libcudart_stub.so
+    there is found before TileLang's own (RUNPATH), so vLLM finds the real runtime (seen on an H200)."""
+    cudart = tmp_path / "cu13" / "libcudart.so.13"
+    cudart.parent.mkdir()
+    cudart.write_bytes(b"\x7fELF")
+    site = tmp_path / "site-packages"
+    link = rt.cudart_shim(site, cudart)
+    assert link == site / "nvidia" / "cudart_shim" / "lib" / "libcudart_stub.so"
+    assert link.resolve() == cudart.resolve()
+    assert link.parent in list((site / "nvidia").glob("*/lib"))  # ART's own glob
+    assert rt.cudart_shim(site, cudart) == link  # again: replaced, not an error
+
+
+def test_a_runtime_without_tilelang_needs_no_shim(tmp_path: Path) -> None:
+    assert "TileLang is not installed" in rt.shim_runtime(sys.executable)
