@@ -122,6 +122,16 @@ def _data_end(header: dict) -> int | None:
     return end
 
 
+def trained_base_model(model_dir: Path) -> str | None:
+    """The base model a run's LoRA was trained on: ART's ``model.json`` in the model folder
+    (written when the model registers), None where there is none or it does not say."""
+    try:
+        value = json.loads((Path(model_dir) / "model.json").read_text()).get("base_model")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value else None
+
+
 def latest_complete(model_dir: Path) -> Checkpoint | None:
     """The newest checkpoint a run can resume from, or None (a new run)."""
     for checkpoint in reversed(list_checkpoints(model_dir)):

@@ -120,6 +120,9 @@ class TrainerConfig:
     # trainer_gpu_ids / inference_gpu_ids), no swap each step, two GPUs per run; auto: the
     # cluster's default (hpc/clusters.yaml gpu_mode), which the launcher passes on.
     gpu_mode: str = "auto"
+    # vLLM without CUDA graphs and without FlashInfer's kernel autotuning: it starts minutes
+    # sooner and generates more slowly. For smoke checks and small models, not long runs.
+    vllm_fast_start: bool = False
 
 
 def shuffle_seed(config: "TrainerConfig") -> int | None:
@@ -170,6 +173,15 @@ CHECKS: dict[str, Check] = {
     "gpu_memory_utilization": (lambda v: 0 < v <= 1, "a fraction above 0, at most 1"),
     "max_seq_length": _POSITIVE,
 }
+
+
+FAST_START_ENGINE_ARGS = {"enforce_eager": True, "kernel_config": {"enable_flashinfer_autotune": False}}
+
+
+def vllm_engine_args(config: "TrainerConfig", gpu_mode: str) -> dict[str, Any]:
+    """The vLLM engine arguments a run sets: its memory share, and ``vllm_fast_start``'s."""
+    fast = FAST_START_ENGINE_ARGS if config.vllm_fast_start else {}
+    return {"gpu_memory_utilization": vllm_share(config, gpu_mode), **fast}
 
 
 def known_configs() -> list[str]:

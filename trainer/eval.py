@@ -178,12 +178,12 @@ async def run_plan(plan: EvalPlan) -> list[dict[str, Any]]:
 async def evaluate_served(plan: EvalPlan, served: list[tuple[PolicySpec, Path | None]],
                           scenarios: list["Scenario"], key: str, judge: Any) -> list[dict[str, Any]]:
     """Checkpoints and the base model: one vLLM server on this node with every adapter."""
-    from trainer.policy import served_name
+    from trainer.policy import base_model_for, served_name
     from trainer.vllm_server import ServerSpec, VLLMServer, free_port
 
     adapters = {served_name(spec): path for spec, path in served if path is not None}
-    spec = ServerSpec(plan.config.base_model, adapters, port=free_port(),
-                      max_model_len=plan.config.max_seq_length)
+    spec = ServerSpec(base_model_for(plan.config.base_model, list(adapters.values())), adapters, port=free_port(),
+                      max_model_len=plan.config.max_seq_length, fast_start=plan.config.vllm_fast_start)
     log_path = plan.runs_dir / "evaluations" / "vllm" / f"vllm-{os.getpid()}.log"
     summaries = []
     with VLLMServer(spec, log_path) as server:

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from openai.types.chat import ChatCompletion
 
 KINDS = ("litellm", "url", "checkpoint", "base")
@@ -174,6 +176,19 @@ def open_policy(spec: PolicySpec, base_url: str | None = None, api_key: str = "E
         raise PolicyError(f"{spec.label}: a {spec.kind} model needs vLLM serving it (a GPU job); "
                           "give its server as url:BASE_URL#MODEL")
     return EndpointPolicy(url, spec.name if spec.kind == "url" else served_name(spec), api_key)
+
+
+def base_model_for(config_base: str, adapters: list["Path"]) -> str:
+    """The base model vLLM must serve checkpoint adapters on: the one their run trained on
+    (ART's model.json beside the checkpoints), which differs from the config's when the run
+    was launched with ``--train_arg base_model=...``; the config's where no run says."""
+    from hpc.checkpoints import trained_base_model
+
+    trained = {base for base in (trained_base_model(path.parent.parent) for path in adapters) if base}
+    if len(trained) > 1:
+        raise PolicyError(f"the checkpoints were trained on different base models ({', '.join(sorted(trained))}): "
+                          "evaluate each run's checkpoints on their own")
+    return trained.pop() if trained else config_base
 
 
 def served_name(spec: PolicySpec) -> str:

@@ -293,7 +293,7 @@ def served_policy(spec: PolicySpec, config: TrainerConfig, run: RunDir,
         yield open_policy(spec), info
         return
     from trainer.eval import EvalPlan, checkpoint_steps
-    from trainer.policy import served_name
+    from trainer.policy import base_model_for, served_name
     from trainer.vllm_server import ServerSpec, VLLMServer, free_port
 
     adapters = {}
@@ -303,10 +303,11 @@ def served_policy(spec: PolicySpec, config: TrainerConfig, run: RunDir,
         spec = PolicySpec("checkpoint", spec.name, step=str(step))
         adapters[served_name(spec)] = path
         info["checkpoint_step"] = step
-    server = VLLMServer(ServerSpec(config.base_model, adapters, port=free_port(), max_model_len=config.max_seq_length),
-                        run.serve_dir / "vllm.log")
+    base_model = base_model_for(config.base_model, list(adapters.values()))
+    server = VLLMServer(ServerSpec(base_model, adapters, port=free_port(), max_model_len=config.max_seq_length,
+                                   fast_start=config.vllm_fast_start), run.serve_dir / "vllm.log")
     with server:
-        yield open_policy(spec, base_url=server.base_url), {**info, "model": spec.label}
+        yield open_policy(spec, base_url=server.base_url), {**info, "model": spec.label, "base_model": base_model}
 
 
 def run_service(agent: Agent, settings: ServeSettings, on_ready: Callable[[], None]) -> None:

@@ -75,7 +75,15 @@ from hpc.deadline import (
 )
 from hpc.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir, utc_now
 from hpc.vllm_runtime import job_runtime_env
-from trainer.config import ConfigError, TrainerConfig, known_configs, load_config, one_line, shuffle_seed, vllm_share
+from trainer.config import (
+    ConfigError,
+    TrainerConfig,
+    known_configs,
+    load_config,
+    one_line,
+    shuffle_seed,
+    vllm_engine_args,
+)
 from trainer.training_step import Objective, TrainedNothing, reward_spread, train_and_log
 
 if TYPE_CHECKING:
@@ -235,8 +243,14 @@ def configure_environment(env: dict[str, str] | os._Environ, *, interactive: boo
       redraws every rollout with every metric, burying the one line per step
       this module logs. TQDM_DISABLE set by the user wins.
     - ART looks only for its own managed vLLM runtime: point it at the PyPI build
-      setup.sh made where that is the one built (aarch64; hpc/vllm_runtime.py)."""
+      setup.sh made where that is the one built (aarch64; hpc/vllm_runtime.py).
+    - vLLM 0.25.1 runs dense models (Qwen2) on its new "V2" model runner, where ART's
+      runtime patch that tracks each request's policy fails during vLLM's start-up
+      profiling (KeyError in policy_spans, seen on an H200, 2026-11-26): ART's runtime
+      gets vLLM's V1 runner, which the patch supports. VLLM_USE_V2_MODEL_RUNNER set by
+      the user wins."""
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    env.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
     env.update(job_runtime_env(env))  # the PyPI-built vLLM runtime, where ART's managed one is not
     env.setdefault("WANDB_DIR", str(run_dir))
     if env.get("HPC_NO_INTERNET") == "1":
@@ -272,7 +286,7 @@ def build_model(config: TrainerConfig, run_name: str, report_metrics: list[str])
     gpu_mode = "shared" if config.gpu_mode == "auto" else config.gpu_mode  # auto outside a launched job
     internal = art.dev.InternalModelConfig(
         init_args=art.dev.InitArgs(max_seq_length=config.max_seq_length),
-        engine_args=art.dev.EngineArgs(gpu_memory_utilization=vllm_share(config, gpu_mode)),
+        engine_args=art.dev.EngineArgs(**vllm_engine_args(config, gpu_mode)),
         **gpu_placement(gpu_mode),
     )
     return art.TrainableModel(

@@ -36,6 +36,7 @@ from typing import Mapping
 
 DEFAULT_TOOL_PARSER = "hermes"  # Qwen2.5's <tool_call> format
 BASE_NAME = "base"  # the name the base model is served under
+FAST_START_KERNEL_CONFIG = {"enable_flashinfer_autotune": False}
 
 
 class ServerError(RuntimeError):
@@ -55,6 +56,7 @@ class ServerSpec:
     tool_parser: str = DEFAULT_TOOL_PARSER
     served_name: str = BASE_NAME  # a judge is served under its model id (the judge's cache is keyed by it)
     tensor_parallel_size: int = 1  # GPUs one model spans (a judge too large for one GPU)
+    fast_start: bool = False  # config vllm_fast_start: no CUDA graphs, no kernel autotuning
 
     @property
     def base_url(self) -> str:
@@ -91,6 +93,8 @@ def command(spec: ServerSpec, vllm: Path) -> list[str]:
             "--served-model-name", spec.served_name, "--gpu-memory-utilization", str(spec.gpu_memory_utilization),
             "--max-model-len", str(spec.max_model_len), "--enable-auto-tool-choice",
             "--tool-call-parser", spec.tool_parser]
+    if spec.fast_start:
+        argv += ["--enforce-eager", "--kernel-config", json.dumps(FAST_START_KERNEL_CONFIG)]
     if spec.tensor_parallel_size > 1:
         argv += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
     if spec.adapters:

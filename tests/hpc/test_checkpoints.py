@@ -169,3 +169,11 @@ def test_cli_quarantine_prints_the_moved_folders(model):
     result = run_cli("quarantine", str(model))
     assert result.returncode == 0 and "checkpoints_incomplete/0002-" in result.stdout
     assert "moved" in result.stderr
+
+
+def test_the_trained_base_model_is_read_from_arts_model_json(tmp_path: Path) -> None:
+    (tmp_path / "model.json").write_text(json.dumps({"name": "m", "base_model": "/models/made"}))
+    assert ck.trained_base_model(tmp_path) == "/models/made"
+    (tmp_path / "model.json").write_text("{not json")
+    assert ck.trained_base_model(tmp_path) is None
+    assert ck.trained_base_model(tmp_path / "missing") is None

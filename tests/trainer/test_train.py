@@ -615,3 +615,22 @@ def test_a_pack_jobs_vllm_port_is_what_art_serves_the_run_on():
 
     assert server_config({"HPC_VLLM_PORT": "41234"}) == {"server_args": {"port": 41234}}
     assert server_config({}) is None and server_config({"HPC_VLLM_PORT": "x"}) is None
+
+
+def test_arts_vllm_runtime_gets_vllms_v1_runner_unless_the_user_chose(tmp_path: Path) -> None:
+    """vLLM 0.25.1's V2 runner fails ART's policy-tracking patch at start-up (seen on an H200)."""
+    env: dict[str, str] = {}
+    configure_environment(env, interactive=True, run_dir=tmp_path)
+    chosen: dict[str, str] = {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+    configure_environment(chosen, interactive=True, run_dir=tmp_path)
+
+    assert env["VLLM_USE_V2_MODEL_RUNNER"] == "0" and chosen["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+
+
+def test_a_fast_start_run_gives_vllm_eager_mode_without_kernel_autotuning() -> None:
+    fast = build_model(load_config("smoke", ["vllm_fast_start=true"]), "r", [])
+    plain = build_model(load_config("smoke"), "r", [])
+
+    assert fast._internal_config["engine_args"] == {"gpu_memory_utilization": 0.75, "enforce_eager": True,
+                                                    "kernel_config": {"enable_flashinfer_autotune": False}}
+    assert plain._internal_config["engine_args"] == {"gpu_memory_utilization": 0.75}

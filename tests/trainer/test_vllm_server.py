@@ -85,3 +85,9 @@ def test_the_command_line_writes_its_address_and_stops_on_term(fake_vllm, tmp_pa
         assert served_models(f"http://127.0.0.1:{port}/v1") == set()
     finally:
         child.kill()
+
+
+def test_a_fast_start_server_runs_eager_without_kernel_autotuning(tmp_path) -> None:
+    argv = command(ServerSpec("/models/made", fast_start=True), tmp_path / "vllm")
+    assert argv[argv.index("--kernel-config") + 1] == '{"enable_flashinfer_autotune": false}'
+    assert "--enforce-eager" in argv and "--enforce-eager" not in command(ServerSpec("m"), tmp_path / "vllm")
