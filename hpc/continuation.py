@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from hpc import notify, ownership
+from hpc import notify, ownership, successor
 from hpc.checkpoints import latest_complete, quarantine_incomplete
 from hpc.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
 
@@ -333,8 +333,9 @@ def current_step(model_dir: Path) -> int:
     return latest.step if latest else 0
 
 
-def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int) -> int:
-    """Exit 10 if the run is done or failed; else record where this job starts."""
+def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int, script: Path | None = None) -> int:
+    """Exit 10 if the run is done, failed or cancelled, or another job carries it; else record
+    where this job starts and (``script`` given) queue its successor (hpc/successor.py)."""
     done, failed = run.read_done(), run.read_failed()
     if done:
         print(f"[continuation] run {run.name} finished at step {done.get('final_step')}: nothing to do")
@@ -344,6 +345,10 @@ def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int) -> int:
               f"relaunch to try again")
         return EXIT_NOTHING_TO_DO
     with run.locked():
+        why_not = nothing_to_do(run, job_id)
+        if why_not:
+            print(f"[continuation] {why_not}: nothing to do")
+            return EXIT_NOTHING_TO_DO
         try:
             note = ownership.claim(run, model_dir).note
         except ownership.OwnershipError as error:
@@ -352,14 +357,35 @@ def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int) -> int:
         if note:
             print(f"[continuation] {note}")
         lost = unclosed_start(run.read_ledger())
-        if lost is not None:
-            close_lost_job(run, lost, current_step(model_dir), job_id)
+        if lost is not None and close_lost_job(run, lost, current_step(model_dir), job_id) == STOP:
+            return EXIT_NOTHING_TO_DO
         quarantine_incomplete(model_dir)
         step = current_step(model_dir)
         run.append_ledger("job_start", job_id=job_id, step=step, restart_count=restart_count,
                           err_offset=log_size(run.log_paths(job_id)[1]), **pack_share())
-    print(f"[continuation] job {job_id} starts from step {step} (restart {restart_count})")
+        print(f"[continuation] job {job_id} starts from step {step} (restart {restart_count})")
+        if script is not None and job_id.isdigit():
+            successor.ensure([run], job_id, script)
     return 0
+
+
+def nothing_to_do(run: RunDir, job_id: str) -> str | None:
+    """Why this job must not touch the run though it is neither done nor failed: its user
+    cancelled it (a ``cancelled`` record since the newest launch), or this job is a successor
+    whose predecessor Slurm requeued (back in the queue, it carries the run on)."""
+    ledger = run.read_ledger()
+    if cancelled_since_launch(ledger):
+        return f"run {run.name} was cancelled by its user (launch again to resume)"
+    before = successor.predecessor(ledger, job_id)
+    if before is not None and before != job_id and successor.still_queued(before):
+        return f"job {before}, which this job follows, is back in the queue (requeued by Slurm) and carries the run"
+    return None
+
+
+def cancelled_since_launch(ledger: list[dict[str, Any]]) -> bool:
+    """The newest of the launch (``submit``) and ``cancelled`` records is a ``cancelled``."""
+    marks = [r.get("event") for r in ledger if r.get("event") in ("submit", "cancelled")]
+    return bool(marks) and marks[-1] == "cancelled"
 
 
 def pack_share() -> dict[str, int]:
@@ -368,16 +394,30 @@ def pack_share() -> dict[str, int]:
     return {"pack_runs": int(runs)} if runs.isdigit() else {}
 
 
-def close_lost_job(run: RunDir, lost: dict[str, Any], step: int, job_id: str) -> None:
-    """Record the end of a job that never ran its end hook (node failure, kill -9,
-    time limit overrun) as a failure, so the crash guard sees it. If it is this
-    very job, Slurm requeued it (a lost node, with --requeue): that continuation
-    goes in the ledger too."""
+def close_lost_job(run: RunDir, lost: dict[str, Any], step: int, job_id: str) -> str:
+    """Record the end of a job that never ran its end hook (node failure, kill -9 or OOM kill
+    of the job, time limit overrun) with the state accounting gives it, as a failure, so the
+    crash guard sees it; return the action. If it is this very job, Slurm requeued it (a lost
+    node, with --requeue): that continuation goes in the ledger too. If this job is the lost
+    one's successor, it continues the run (a ``resubmit`` record), unless the lost job was
+    cancelled by its user: then the run stops (STOP)."""
+    lost_id = str(lost.get("job_id"))
+    state = successor.ended_state(lost_id) if lost_id != job_id else None
     run.append_ledger("job_end", job_id=lost.get("job_id"), exit_code=None, step=step, outcome=FAILED,
-                      note="ended without its end hook (node failure, kill, or time limit overrun)")
-    print(f"[continuation] job {lost.get('job_id')} ended without its end hook; recorded as failed at step {step}")
-    if str(lost.get("job_id")) == job_id:
+                      note="ended without its end hook (node failure, kill, or time limit overrun)",
+                      **({"slurm_state": state} if state else {}))
+    print(f"[continuation] job {lost_id} ended without its end hook ({state or 'state unknown'}); "
+          f"recorded as failed at step {step}")
+    if lost_id == job_id:
         run.append_ledger("requeue", job_id=job_id, by="slurm")
+        return REQUEUED
+    if state == "CANCELLED":
+        run.append_ledger("cancelled", job_id=lost_id)
+        print(f"[continuation] job {lost_id} was cancelled by its user: the run is not continued")
+        return STOP
+    if successor.predecessor(run.read_ledger(), job_id) == lost_id:
+        run.append_ledger("resubmit", job_id=job_id, after=lost_id, by="successor")
+    return RESUBMIT
 
 
 @dataclass(frozen=True)
@@ -423,6 +463,8 @@ def carry_out(a: EndArgs, decision: Decision, ledger: list[dict[str, Any]], done
     if a.packed and decision.action in (REQUEUE, RESUBMIT):
         print(f"[continuation] run {run.name} is in a pack job: the pack continues it (hpc.pack end)")
         return
+    if decision.action in (FINISH, GIVE_UP, STOP) and not a.packed:
+        successor.cancel(run, a.job_id)
     if decision.action == FINISH:
         if not any(r.get("event") == "done" for r in ledger):
             run.append_ledger("done", step=(done or {}).get("final_step"))
@@ -434,14 +476,24 @@ def carry_out(a: EndArgs, decision: Decision, ledger: list[dict[str, Any]], done
         run.append_ledger("cancelled", job_id=a.job_id)
     elif decision.action == REQUEUED:
         run.append_ledger("requeue", job_id=a.job_id, by="slurm")
-    elif decision.action == REQUEUE:
-        if not requeued(a.job_id):
-            submit_follower(a)
-            return
-        run.append_ledger("requeue", job_id=a.job_id, by="job")
+    elif decision.action in (REQUEUE, RESUBMIT):
+        continue_run(a, decision.action, ledger)
+
+
+def continue_run(a: EndArgs, action: str, ledger: list[dict[str, Any]]) -> None:
+    """Requeue where the mode says so (the job keeps its id, so its successor keeps waiting
+    on it); else, or where Slurm refuses the requeue, through the successor that already
+    waits (one continuation, never two), else by a new follow-up job."""
+    if action == REQUEUE and requeued(a.job_id):
+        a.run.append_ledger("requeue", job_id=a.job_id, by="job")
         print(f"[continuation] requeued job {a.job_id}")
-    elif decision.action == RESUBMIT:
-        submit_follower(a)
+        return
+    waiting = successor.pending_of(ledger, a.job_id)
+    if waiting is not None:
+        a.run.append_ledger("resubmit", job_id=waiting, after=a.job_id, by="successor")
+        print(f"[continuation] job {waiting}, queued when this job started, continues the run")
+        return
+    submit_follower(a)
 
 
 def submit_follower(a: EndArgs) -> None:
@@ -481,6 +533,8 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--run_dir", type=Path, required=True)
         s.add_argument("--model_dir", type=Path, required=True)
         s.add_argument("--job_id", default=os.environ.get("SLURM_JOB_ID", "local"))
+    sub.choices["begin"].add_argument("--successor", type=Path, default=None, metavar="SCRIPT",
+                                      help="queue SCRIPT to follow this job (afterany), whatever ends it")
     e = sub.choices["end"]
     e.add_argument("--exit_code", type=int, required=True)
     e.add_argument("--mode", choices=MODES, required=True)
@@ -497,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[continuation] %(message)s", stream=sys.stderr)
     run = RunDir(args.run_dir)
     if args.command == "begin":
-        return begin(run, args.model_dir, args.job_id, int(os.environ.get("SLURM_RESTART_COUNT") or 0))
+        return begin(run, args.model_dir, args.job_id, int(os.environ.get("SLURM_RESTART_COUNT") or 0),
+                     args.successor)
     end(EndArgs(run, args.model_dir, args.job_id, args.exit_code, args.mode, args.script,
                 args.max_resubmits, args.max_failures, args.log_err,
                 int(os.environ.get("SLURM_RESTART_COUNT") or 0), args.packed))

@@ -355,7 +355,8 @@ def restart_run(spec: JobSpec) -> None:
 
 
 def ledger_job_ids(run_dir: RunDir) -> list[str]:
-    ids = [str(r["job_id"]) for r in run_dir.read_ledger() if r.get("event") in ("submit", "chain", "resubmit")]
+    events = ("submit", "chain", "resubmit", "successor")
+    ids = [str(r["job_id"]) for r in run_dir.read_ledger() if r.get("event") in events]
     return list(dict.fromkeys(ids))
 
 
