@@ -333,7 +333,17 @@ def current_step(model_dir: Path) -> int:
     return latest.step if latest else 0
 
 
-def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int, script: Path | None = None) -> int:
+@dataclass(frozen=True)
+class Limits:
+    """--max_resubmits and --max_failures, which a begin hook applies to a job lost without
+    its end hook (a job OOM-killed over and over is a crash loop like any other)."""
+
+    max_resubmits: int = 10**9
+    max_failures: int = 10**9
+
+
+def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int, script: Path | None = None,
+          limits: Limits = Limits()) -> int:
     """Exit 10 if the run is done, failed or cancelled, or another job carries it; else record
     where this job starts and (``script`` given) queue its successor (hpc/successor.py)."""
     done, failed = run.read_done(), run.read_failed()
@@ -357,7 +367,7 @@ def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int, script:
         if note:
             print(f"[continuation] {note}")
         lost = unclosed_start(run.read_ledger())
-        if lost is not None and close_lost_job(run, lost, current_step(model_dir), job_id) == STOP:
+        if lost is not None and not resume_after_lost_job(run, lost, current_step(model_dir), job_id, limits):
             return EXIT_NOTHING_TO_DO
         quarantine_incomplete(model_dir)
         step = current_step(model_dir)
@@ -367,6 +377,20 @@ def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int, script:
         if script is not None and job_id.isdigit():
             successor.ensure([run], job_id, script)
     return 0
+
+
+def resume_after_lost_job(run: RunDir, lost: dict[str, Any], step: int, job_id: str, limits: Limits) -> bool:
+    """Record the lost job and decide as its end hook would: False when the run stops here
+    (its user cancelled the lost job; --max_failures lost or failed jobs in a row without
+    progress; --max_resubmits used up)."""
+    if close_lost_job(run, lost, step, job_id) == STOP:
+        return False
+    decision = decide(run.read_ledger(), done=False, mode="afterany", max_resubmits=limits.max_resubmits + 1,
+                      max_failures=limits.max_failures)
+    if decision.action == GIVE_UP:
+        give_up(run, decision.reason, None)
+        return False
+    return True
 
 
 def nothing_to_do(run: RunDir, job_id: str) -> str | None:
@@ -533,8 +557,11 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--run_dir", type=Path, required=True)
         s.add_argument("--model_dir", type=Path, required=True)
         s.add_argument("--job_id", default=os.environ.get("SLURM_JOB_ID", "local"))
-    sub.choices["begin"].add_argument("--successor", type=Path, default=None, metavar="SCRIPT",
-                                      help="queue SCRIPT to follow this job (afterany), whatever ends it")
+    b = sub.choices["begin"]
+    b.add_argument("--successor", type=Path, default=None, metavar="SCRIPT",
+                   help="queue SCRIPT to follow this job (afterany), whatever ends it")
+    b.add_argument("--max_resubmits", type=int, default=Limits.max_resubmits)
+    b.add_argument("--max_failures", type=int, default=Limits.max_failures)
     e = sub.choices["end"]
     e.add_argument("--exit_code", type=int, required=True)
     e.add_argument("--mode", choices=MODES, required=True)
@@ -552,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     run = RunDir(args.run_dir)
     if args.command == "begin":
         return begin(run, args.model_dir, args.job_id, int(os.environ.get("SLURM_RESTART_COUNT") or 0),
-                     args.successor)
+                     args.successor, Limits(args.max_resubmits, args.max_failures))
     end(EndArgs(run, args.model_dir, args.job_id, args.exit_code, args.mode, args.script,
                 args.max_resubmits, args.max_failures, args.log_err,
                 int(os.environ.get("SLURM_RESTART_COUNT") or 0), args.packed))
