@@ -395,14 +395,19 @@ def resume_after_lost_job(run: RunDir, lost: dict[str, Any], step: int, job_id: 
 
 def nothing_to_do(run: RunDir, job_id: str) -> str | None:
     """Why this job must not touch the run though it is neither done nor failed: its user
-    cancelled it (a ``cancelled`` record since the newest launch), or this job is a successor
-    whose predecessor Slurm requeued (back in the queue, it carries the run on)."""
+    cancelled it (a ``cancelled`` record since the newest launch), this job is a successor
+    whose predecessor Slurm requeued (back in the queue, it carries the run on), or another
+    job of the run is running."""
     ledger = run.read_ledger()
     if cancelled_since_launch(ledger):
         return f"run {run.name} was cancelled by its user (launch again to resume)"
     before = successor.predecessor(ledger, job_id)
     if before is not None and before != job_id and successor.still_queued(before):
         return f"job {before}, which this job follows, is back in the queue (requeued by Slurm) and carries the run"
+    running = unclosed_start(ledger)
+    other = str(running.get("job_id")) if running else None
+    if other not in (None, job_id) and successor.queue_state(other) == "RUNNING":
+        return f"job {other} is running this run (one job at a time; e.g. a job requeued after its successor began)"
     return None
 
 

@@ -349,6 +349,16 @@ def test_a_successor_exits_at_once_while_its_requeued_predecessor_is_back_in_the
     assert run.read_ledger() == before and not slurm_calls
 
 
+def test_a_job_requeued_after_its_successor_began_leaves_the_run_to_it(run, model, slurm_calls):
+    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
+    run.append_ledger("job_end", job_id="100", exit_code=None, step=3, outcome="failed")
+    run.append_ledger("job_start", job_id="501", step=3, restart_count=0)
+    slurm_calls.queue = {"501": "RUNNING"}
+    before = run.read_ledger()
+    assert cont.begin(run, model, "100", 1, SCRIPT) == cont.EXIT_NOTHING_TO_DO
+    assert run.read_ledger() == before and not slurm_calls
+
+
 @pytest.mark.parametrize("marker", ["done", "failed", "cancelled"])
 def test_the_successor_of_a_finished_failed_or_cancelled_run_exits_at_once_writing_nothing(
         run, model, slurm_calls, marker):
