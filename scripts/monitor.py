@@ -431,7 +431,7 @@ def run_views(user: str, runs: list[RunDir]) -> list[RunView]:
         recs = records[run_dir.path]
         job = pick_job(ledger_job_ids(recs), active)
         files = accounting.RunFiles.read(run_dir, recs)
-        account = accounting.account(run_dir.name, files, rows, chargings.of(recs), starts, now)
+        account = accounting.account(run_dir.name, files, rows, chargings.of(recs), starts, now, settings)
         flags = run_health(run_dir, files, account, job, states.get(job, ""), settings, now)
         views.append(RunView(run_dir, recs, job, states.get(job, ""), account, flags,
                              parked(run_dir, recs, active, states)))

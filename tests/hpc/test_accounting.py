@@ -14,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 from hpc import accounting
 from hpc.accounting import Charging, RunFiles, SacctRow, account
+from hpc.health import HealthSettings
 from hpc.rundir import RunDir
 
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=timezone.utc)
@@ -205,6 +206,22 @@ def test_goodput_is_training_time_over_allocated_time_and_lost_gpu_hours_say_whe
     assert acc.lost_gpu_hours("lost") == pytest.approx(15 * 2 / 3600)
     assert acc.lost_gpu_hours() == pytest.approx((122 + 10 + 15 + 6) * 2 / 3600)
     assert acc.lost_rollout_seconds == 42.0
+
+
+def test_a_running_jobs_time_since_its_last_step_is_lost_as_stalled_once_the_run_is_flagged_stalled(fake):
+    files, _ = requeued_run(fake)
+    soon = account("r", files, [row("11", "REQUEUED", 1, 60, 401), row("11", "RUNNING", 401, 438, None, now=700)],
+                   GRES, now=t(700))  # 120 s since step 4 ended: within 3x its usual ~80 s step
+    assert (soon.jobs[-1].segments[-1].kind, soon.lost_gpu_hours("stalled")) == ("in_flight", 0)
+    rows = [row("11", "REQUEUED", 1, 60, 401), row("11", "RUNNING", 401, 438, None, now=880)]
+    late = account("r", files, rows, GRES, now=t(880))  # 300 s: the run is flagged STALLED
+    assert [(s.kind, s.seconds) for s in late.jobs[-1].segments][-1] == ("stalled", 300)
+    assert late.lost_gpu_hours("stalled") == pytest.approx(300 * 2 / 3600)
+    assert late.goodput == pytest.approx(330 / (341 + 442))  # counted as allocated, and lost
+    assert "stalled 0.167" in accounting.summary_line(late)
+    assert late.gpu_hours_per_step == soon.gpu_hours_per_step  # a stall is a fault, not what steps cost
+    patient = account("r", files, rows, GRES, now=t(880), health=HealthSettings(min_stall_seconds=400))
+    assert patient.jobs[-1].segments[-1].kind == "in_flight"
 
 
 def test_gpu_hours_per_step_and_the_projection_to_finish_use_the_recent_all_in_cost(fake):

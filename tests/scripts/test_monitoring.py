@@ -314,13 +314,15 @@ def test_status_shows_gpu_hours_goodput_and_health_flags_from_one_sacct_call(tmp
     assert _row(table, "r-ok")[8:] == ["0.167", "0", "finished"]
     assert re.search(r"^GPU-hours \(python -m hpc.accounting RUN for the breakdown\):\n"
                      r"  r-ok: goodput 0\.00, 0\.167 GPU-h charged, 0\.167 lost \(start-up 0\.167\), queued 2\dm\d\ds\n"
-                     r"  r-stuck: goodput 0\.50, 1\.33 GPU-h charged, 0\.333 lost \(start-up 0\.333\), "
+                     r"  r-stuck: goodput 0\.25, 1\.33 GPU-h charged, 1 lost \(start-up 0\.333, stalled 0\.66\d\), "
                      r"queued (59s|1m0\ds), 0\.066\d GPU-h/step, ~2 GPU-h to finish$", table, re.M), table
     sacct_calls = [c for c in calls(tmp_path / "fake") if c[0] == "sacct" and "-j" in c]
     assert len(sacct_calls) == 1 and sacct_calls[0][sacct_calls[0].index("-j") + 1] == "201,202"
 
     patient = run_script("status.sh", "--runs_dir", str(runs), env={**env, "HPC_STALL_MIN": "1500"})
     assert "STALLED" not in patient.stdout and "COLLAPSED" in patient.stdout
+    # Not flagged yet: the 20 minutes since its last step are the step in flight, neither lost nor productive.
+    assert "r-stuck: goodput 0.50, 1.33 GPU-h charged, 0.333 lost (start-up 0.333)" in patient.stdout
     bad = run_script("status.sh", "--runs_dir", str(runs), env={**env, "HPC_COLLAPSE_STEPS": "many"})
     assert bad.returncode == 2
     assert bad.stderr.strip() == ("status.sh: invalid HPC_COLLAPSE_STEPS 'many': accepted a whole number >= 1 "
