@@ -83,7 +83,11 @@ def ended_state(job_id: str) -> str | None:
 
 def ensure(runs: Sequence[RunDir], job_id: str, script: Path, options: tuple[str, ...] = ()) -> str | None:
     """Queue this job's successor unless one already waits (a requeued job keeps its own);
-    record it in every run's ledger. None (said on stderr) where Slurm refuses the submission."""
+    record it in every run's ledger. None (said on stderr) where Slurm refuses the submission,
+    or where this is no job Slurm runs (sbatch would take a dependency on an unknown job id)."""
+    if queue_state(job_id) != "RUNNING":  # a job script run by hand or by a test: Slurm runs no such job
+        print(f"[continuation] job {job_id} is not running in Slurm: no successor queued")
+        return None
     waiting = pending_of(runs[0].read_ledger(), job_id)
     if waiting is not None:
         print(f"[continuation] job {waiting} already waits to follow job {job_id}")

@@ -287,6 +287,7 @@ SCRIPT = Path("/runs/r/scripts/s.sbatch")
 
 
 def test_begin_queues_its_successor_afterany_on_itself(run, model, slurm_calls):
+    slurm_calls.queue = {"100": "RUNNING"}
     assert cont.begin(run, model, "100", 0, SCRIPT) == 0
     assert slurm_calls == [["sbatch", "--parsable", "--dependency=afterany:100", str(SCRIPT)]]
     assert [(r["event"], r["job_id"], r.get("after")) for r in run.read_ledger()] == [
@@ -309,13 +310,20 @@ def test_a_successor_records_a_predecessor_lost_without_its_end_hook_with_its_st
     run.append_ledger("submit", job_id="100")
     run.append_ledger("job_start", job_id="100", step=2, restart_count=0)
     run.append_ledger("successor", job_id="501", after="100")
-    slurm_calls.sacct = f"{state}\n"
+    slurm_calls.sacct, slurm_calls.queue = f"{state}\n", {"501": "RUNNING"}
     assert cont.begin(run, model, "501", 0, SCRIPT) == 0
     lost, resubmit, start, succ = run.read_ledger()[3:]
     assert (lost["event"], lost["job_id"], lost["slurm_state"], lost["step"]) == ("job_end", "100", state, 4)
     assert (resubmit["event"], resubmit["job_id"], resubmit["after"], resubmit["by"]) == (
         "resubmit", "501", "100", "successor")
     assert (start["event"], start["step"], succ["event"], succ["after"]) == ("job_start", 4, "successor", "501")
+
+
+def test_a_job_script_run_outside_slurm_queues_no_successor(run, model, slurm_calls):
+    """SLURM_JOB_ID set by hand (a test runs the job script with bash): sbatch would accept a
+    dependency on that unknown id and run the script for real, so nothing is submitted."""
+    assert cont.begin(run, model, "4242", 0, SCRIPT) == 0
+    assert not [c for c in slurm_calls if c[0] == "sbatch"] and events(run) == ["job_start"]
 
 
 def test_a_successor_of_a_job_its_user_cancelled_stops_the_run(run, model, slurm_calls):
