@@ -68,8 +68,8 @@ def kill_job_processes(job_id: str) -> int:
 def kill_batch_script(job_id: str) -> int:
     """kill -9 the job's batch shell only (an administrator's kill): its workload lives on a
     moment, orphaned; the job ends when the shell does. Returns the shell's pid."""
-    shells = [pid for pid in descendants(stepd_pids(job_id)) if "slurm_script" in _cmdline(pid)
-              and any(f"[{job_id}.batch]" in _cmdline(s) for s in [_parent(pid) or 0])]
+    batch = [pid for pid in stepd_pids(job_id) if f"[{job_id}.batch]" in _cmdline(pid)]
+    shells = [pid for pid in descendants(batch) if _parent(pid) in batch]
     for pid in shells:
         os.kill(pid, signal.SIGKILL)
     return shells[0] if shells else 0
