@@ -116,6 +116,7 @@ def kill_mid_save(d: Drill) -> None:
     wait_until((d.run.path / "saving").exists, 180, "the trainer to start saving")
     pid = int((d.run.path / "trainer.pid").read_text())
     mark_fault(d)
+    d.in_flight = int((d.run.path / "saving").read_text())  # trained and logged, its checkpoint half-written
     os.kill(pid, 9)
 
 
@@ -141,6 +142,7 @@ def scancel_then_relaunch(d: Drill) -> None:
 
 
 NODE_LOST = threading.Event()
+LOST_NODE: list[str] = []
 
 
 def lose_node_late(d: Drill) -> None:
@@ -148,16 +150,19 @@ def lose_node_late(d: Drill) -> None:
     wait_until(lambda: (d.run.path / "trainer.pid").exists(), 120, "the step to be in flight")
     time.sleep(33)
     mark_fault(d)
-    slurm_faults.lose_node(current_job(d.run))
+    LOST_NODE.append(slurm_faults.lose_node(current_job(d.run)))
     NODE_LOST.set()
 
 
 def node_lost_with_the_other(d: Drill) -> None:
     """The same node, the same kill, mid-job for this run (its limit is minutes away)."""
     wait_until(lambda: saved(d.run) >= 1, 120, "a saved step")
+    node = slurm_faults.node_of(current_job(d.run))
     if not NODE_LOST.wait(180):
         raise TimeoutError("the node was not lost")
     mark_fault(d)
+    if node != LOST_NODE[0]:
+        raise RuntimeError(f"this run's job ran on {node}, not on the lost node {LOST_NODE[0]}")
 
 
 # -- following a run -------------------------------------------------------------------------------------------
@@ -310,6 +315,7 @@ def hold_the_other_node(drills: list[Drill]) -> Callable[[], None]:
         filler = subprocess.run(["sbatch", "--parsable", "--nodelist=n2", "--cpus-per-task=2", "--job-name=drill_fill",
                                  "--output=/dev/null", "--wrap", "sleep 300"], capture_output=True, text=True,
                                 timeout=60).stdout.strip()
+        wait_until(lambda: rg.queue_states([filler]) == {"RUNNING"}, 60, "the filler job to hold n2")
 
         def release() -> None:
             try:
