@@ -6,15 +6,19 @@ The job script (sbatch/_job_control.sh.j2) calls
     python -m hpc.continuation end   --run_dir D --model_dir M --exit_code RC --mode requeue|afterany|chain \
                                      --script S --max_resubmits N --max_failures N [--log_err PATH]
 
-``begin`` says whether there is anything to do (exit 10 when the run is done or
-given up: a chained job then ends at once), checks that the model folder is
-this run's own (exit 3 and the run marked failed when another run owns it:
-hpc/ownership.py), moves half-written checkpoints aside and records the step
-the job starts from. ``end`` records how the
+``begin`` says whether there is anything to do (exit 10 when the run is done,
+given up or cancelled by its user, or another job carries it: a chained job or
+a successor then ends at once), checks that the model folder is this run's own
+(exit 3 and the run marked failed when another run owns it: hpc/ownership.py),
+records a job that ended without its end hook (with the state accounting gives
+it), moves half-written checkpoints aside, records the step the job starts from
+and, with ``--successor SCRIPT``, queues the job's successor (hpc/successor.py:
+the run then goes on whatever ends this job). ``end`` records how the
 workload ended and continues the run: ``scontrol requeue`` (same job id, where
-the cluster allows it), a follow-up job with ``--dependency=afterany`` (where
-jobs may submit jobs), or nothing (``--chain``: the launcher pre-submitted the
-followers). The decision is the pure function ``decide`` over the ledger and
+the cluster allows it), the successor queued at the start, else a follow-up job
+with ``--dependency=afterany`` (where jobs may submit jobs), or nothing
+(``--chain``: the launcher pre-submitted the followers); a run that stops here
+has its successor cancelled. The decision is the pure function ``decide`` over the ledger and
 what Slurm says about the job, so every counter (continuations, failures
 without progress) is derived from the one record that survives requeues and
 node losses; there is no other state.
