@@ -378,7 +378,7 @@ def print_preview(spec: JobSpec, script: str, restart: bool = False) -> None:
     if spec.vllm_runtime:
         print(f"vllm runtime: {spec.vllm_runtime}")
     print(f"run state:    {resume_summary(spec, restart)}")
-    chain = f", {c.chain} jobs pre-submitted" if c.mode == "chain" else ""
+    chain = f", {c.chain} jobs pre-submitted" if c.mode == "chain" else ", each job queues its successor as it starts"
     print(f"continuation: {c.mode}{chain} (at most {c.max_resubmits} continuations; "
           f"{c.max_failures} failures without progress mark the run failed)")
     print(f"\n# environment ({' < '.join(_short(s) for s in spec.env_layers)}; secrets shown as ***)")
