@@ -89,17 +89,28 @@ def slurmd_pid(node: str) -> int | None:
     return None
 
 
+def jobs_on(node: str) -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-o", "%i", "-w", node], capture_output=True, text=True, timeout=30)
+    return out.stdout.split()
+
+
 def lose_node(job_id: str) -> str:
-    """The job's node lost: its slurmd and every process of the job killed at once. Slurm notices
-    after SlurmdTimeout (scripts/local_slurm.sh --slurmd_timeout). Returns the node's name."""
+    """The job's node lost: its slurmd and every process of every job on it killed at once (the
+    local nodes share one host: only these processes are the node's). Slurm notices after
+    SlurmdTimeout (scripts/local_slurm.sh --slurmd_timeout). Returns the node's name."""
     node = node_of(job_id)
     pid = slurmd_pid(node)
     if pid is None:
         raise RuntimeError(f"no slurmd found for node {node!r} of job {job_id}")
+    victims = jobs_on(node)
     os.kill(pid, signal.SIGKILL)
-    kill_job_processes(job_id)
-    for stepd in stepd_pids(job_id):
-        os.kill(stepd, signal.SIGKILL)
+    for job in victims:
+        kill_job_processes(job)
+        for stepd in stepd_pids(job):
+            try:
+                os.kill(stepd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     return node
 
 
