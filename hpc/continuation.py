@@ -435,7 +435,7 @@ def close_lost_job(run: RunDir, lost: dict[str, Any], step: int, job_id: str) ->
     one's successor, it continues the run (a ``resubmit`` record), unless the lost job was
     cancelled by its user: then the run stops (STOP)."""
     lost_id = str(lost.get("job_id"))
-    state = successor.ended_state(lost_id) if lost_id != job_id else None
+    state = successor.ended_state(lost_id, requeued=lost_id == job_id)
     run.append_ledger("job_end", job_id=lost.get("job_id"), exit_code=None, step=step, outcome=FAILED,
                       note="ended without its end hook (node failure, kill, or time limit overrun)",
                       **({"slurm_state": state} if state else {}))

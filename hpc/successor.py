@@ -70,14 +70,17 @@ def pending_of(ledger: list[dict[str, Any]], job_id: str) -> str | None:
     return succ if succ is not None and queue_state(succ) == "PENDING" else None
 
 
-def ended_state(job_id: str) -> str | None:
-    """How accounting says a job ended (TIMEOUT, FAILED, NODE_FAIL, CANCELLED...), None if unknown."""
+def ended_state(job_id: str, requeued: bool = False) -> str | None:
+    """How accounting says a job ended (TIMEOUT, FAILED, NODE_FAIL, CANCELLED...), None if unknown;
+    ``requeued``: the job runs again under its id, so its previous run's (``sacct -D``)."""
     if not job_id.isdigit():
         return None
     from hpc.continuation import _query
 
-    rows = _query(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State"]).split("\n")
+    rows = _query(["sacct", "-X", "-D", "-n", "-P", "-j", job_id, "-o", "State"]).split("\n")
     states = [row.split()[0] for row in rows if row.strip()]
+    if requeued:
+        states = states[:-1]
     return states[-1] if states else None
 
 

@@ -259,7 +259,7 @@ def test_begin_has_nothing_to_do_for_a_finished_or_failed_run(run, model, marker
     assert ("finished at step 628" if marker == "done" else "marked failed (broken)") in out
 
 
-def test_begin_closes_a_job_lost_without_its_end_hook(run, model):
+def test_begin_closes_a_job_lost_without_its_end_hook(run, model, slurm_calls):
     save(model, 4)
     run.append_ledger("job_start", job_id="7", step=2, restart_count=0)
     cont.begin(run, model, "8", 0)
@@ -268,12 +268,14 @@ def test_begin_closes_a_job_lost_without_its_end_hook(run, model):
     assert new["event"] == "job_start" and new["job_id"] == "8" and new["step"] == 4
 
 
-def test_begin_of_a_job_slurm_requeued_after_losing_it_records_the_requeue(run, model):
+def test_begin_of_a_job_slurm_requeued_after_losing_it_records_the_requeue(run, model, slurm_calls):
     save(model, 4)
     run.append_ledger("job_start", job_id="8", step=2, restart_count=0)
+    slurm_calls.sacct = "NODE_FAIL\nRUNNING\n"  # sacct -D: the lost run, then this one
     cont.begin(run, model, "8", 1)
     assert [(r["event"], r.get("by")) for r in run.read_ledger()[1:]] == [
         ("job_end", None), ("requeue", "slurm"), ("job_start", None)]
+    assert run.read_ledger()[1]["slurm_state"] == "NODE_FAIL"
     assert run.read_ledger()[-1]["restart_count"] == 1
     assert cont.failures_without_progress(run.read_ledger()) == 0  # it had advanced from 2 to 4
 
