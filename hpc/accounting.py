@@ -54,7 +54,9 @@ from hpc.rundir import RunDir
 
 FS = "\x1f"  # sacct's field delimiter here: no field holds it
 SACCT_FIELDS = ("JobID", "State", "Submit", "Eligible", "Start", "End", "ElapsedRaw", "NNodes", "AllocTRES")
-SUBMITTING_EVENTS = ("submit", "chain", "resubmit")
+# A successor (hpc/successor.py) is submitted when its predecessor starts, hours before the
+# ``resubmit`` that names it: its ``successor`` record is its submission.
+SUBMITTING_EVENTS = ("submit", "chain", "successor", "resubmit")
 # A sacct row submitted this long before the ledger first names its job id is another job
 # that had the id (a Slurm whose job ids started again), not the run's.
 ID_REUSE_SLACK = timedelta(minutes=10)
@@ -449,7 +451,12 @@ def rows_of_run(ledger: list[dict[str, Any]], rows: Iterable[SacctRow], now: dat
             return row.submit is None or row.submit >= first[row.job_id] - ID_REUSE_SLACK
         return id(row) in started
 
-    return [row for row in candidates if ours(row)]
+    return [row for row in candidates if ours(row) and not never_ran(row)]
+
+
+def never_ran(row: SacctRow) -> bool:
+    """Ended without starting: a successor (or chained job) cancelled while it waited costs nothing."""
+    return row.start is None and row.end is not None
 
 
 def job_starts(ledgers: Iterable[list[dict[str, Any]]]) -> dict[str, list[datetime]]:

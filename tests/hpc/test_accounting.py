@@ -276,6 +276,22 @@ def test_a_pending_job_is_queued_until_now_and_charged_nothing(fake):
     assert acc.gpu_hours == 0 and acc.goodput is None
 
 
+def test_a_successor_queued_hours_before_it_ran_is_the_runs_and_one_cancelled_while_waiting_costs_nothing(fake):
+    """hpc/successor.py: job 12 is queued when job 11 starts, 12 hours before the resubmit
+    that names it; job 13, queued when 12 started, is cancelled when the run finishes."""
+    fake.event(0, "submit", job_id="11", cluster="local").event(60, "job_start", job_id="11", step=0)
+    fake.event(61, "successor", job_id="12", after="11").step(1, "11", 100, 43000)
+    fake.event(43200, "job_end", job_id="11", outcome="stopped_for_time")
+    fake.event(43200, "resubmit", job_id="12", after="11", by="successor")
+    fake.event(43205, "job_start", job_id="12", step=1).event(43206, "successor", job_id="13", after="12")
+    fake.step(2, "12", 43210, 43300).event(43301, "job_end", job_id="12", outcome="finished")
+    rows = [row("11", "COMPLETED", 0, 60, 43200), row("12", "COMPLETED", 61, 43205, 43302),
+            row("13", "CANCELLED", 43206, None, 43302)]
+    acc = account("r", fake.files(), rows, GRES, now=t(43400))
+    assert [j.job_id for j in acc.jobs] == ["11", "12"]
+    assert acc.jobs[1].seconds("queued") == 5  # from its predecessor's end, not from its submission
+
+
 def test_rows_of_an_older_job_that_had_the_same_id_are_not_the_runs(fake):
     fake.event(1000, "submit", job_id="5", cluster="local").event(1001, "job_start", job_id="5", step=0)
     fake.event(1000, "job_start", job_id="77", step=0)  # a job the ledger only saw start (no submit record)
