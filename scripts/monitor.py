@@ -659,15 +659,24 @@ class LogFinder:
         self.runs_dir = runs_dir
         self.ledger_logs: dict[str, Paths] = {}
         self.run_of: dict[str, RunDir] = {}
+        successors: set[str] = set()
+        started: set[str] = set()
         for run_dir in run_dirs(runs_dir):
             for record in ledger(run_dir):
                 job = str(record.get("job_id") or "")
                 if not job:
                     continue
+                if record.get("event") == "successor":
+                    successors.add(job)
+                elif record.get("event") == "job_start":
+                    started.add(job)
                 self.run_of.setdefault(job, run_dir)
                 if record.get("log_out"):
                     self.ledger_logs[job] = (str(record["log_out"]), str(record.get("log_err") or ""))
         self.scontrol_calls = 0
+        # Successors (hpc/successor.py) that never started: a run withdraws its waiting successor when
+        # it stops (scancel), which is bookkeeping, not a job anybody cancelled.
+        self.withdrawn = successors - started
 
     def find(self, job: dict) -> Paths:
         for source in (self.from_scontrol, self.from_ledger, self.from_submit_line):
@@ -759,12 +768,16 @@ def shown(path: str) -> str:
 
 def ended_view(label: str, states: str, start: str, user: str, runs_dir: Path, prefix: str,
                tail_lines: int) -> None:
-    jobs = [j for j in ended_jobs(states, start, user) if j["JobName"].startswith(prefix)]
+    finder = LogFinder(runs_dir)
+    named = [j for j in ended_jobs(states, start, user) if j["JobName"].startswith(prefix)]
+    jobs = [j for j in named if not (j["State"] == "CANCELLED" and j["JobID"] in finder.withdrawn)]
     which = f" named {prefix}*" if prefix else ""
     print(f"{label.capitalize()} jobs of {user}{which} since {start} (runs dir: {runs_dir}): {len(jobs)}")
+    if len(named) > len(jobs):
+        print(f"  (not listed: {len(named) - len(jobs)} successor job(s) that their runs withdrew, unstarted, "
+              "when the runs stopped)")
     if not jobs:
         return
-    finder = LogFinder(runs_dir)
     header, *rows = table(["JOBID", "STATE", "EXIT", "ELAPSED", "END", "NAME"],
                           [[j["JobID"], j["State"], j["ExitCode"], j["Elapsed"], j["End"], j["JobName"]]
                            for j in jobs])
