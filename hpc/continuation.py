@@ -284,14 +284,14 @@ def slurm_view(job_id: str, restart_count: int) -> SlurmView:
     Any error answers "neither": the run then continues as usual."""
     if not job_id.isdigit():  # not a Slurm job (a test, a run by hand)
         return SlurmView()
-    show = _query(["scontrol", "show", "job", "-o", job_id])
+    show = slurm_query(["scontrol", "show", "job", "-o", job_id])
     restarts = re.search(r"\bRestarts=(\d+)", show)
-    state = _query(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State"]).strip().splitlines()
+    state = slurm_query(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State"]).strip().splitlines()
     return SlurmView(requeued=bool(restarts) and int(restarts.group(1)) > restart_count,
                      cancelled=bool(state) and state[-1].startswith("CANCELLED"))
 
 
-def _query(command: list[str]) -> str:
+def slurm_query(command: list[str]) -> str:
     """stdout of a read-only Slurm command, or "" if it fails (briefly: the job is near its limit)."""
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=20, env=slurm_env())

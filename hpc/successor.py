@@ -54,9 +54,9 @@ def queue_state(job_id: str) -> str | None:
     """The job's state in the queue, None once it has left it (or squeue fails)."""
     if not job_id.isdigit():
         return None
-    from hpc.continuation import _query
+    from hpc.continuation import slurm_query
 
-    out = _query(["squeue", "-h", "-o", "%T", "-j", job_id]).split()
+    out = slurm_query(["squeue", "-h", "-o", "%T", "-j", job_id]).split()
     return out[0] if out else None
 
 
@@ -75,9 +75,9 @@ def ended_state(job_id: str, requeued: bool = False) -> str | None:
     ``requeued``: the job runs again under its id, so its previous run's (``sacct -D``)."""
     if not job_id.isdigit():
         return None
-    from hpc.continuation import _query
+    from hpc.continuation import slurm_query
 
-    rows = _query(["sacct", "-X", "-D", "-n", "-P", "-j", job_id, "-o", "State"]).split("\n")
+    rows = slurm_query(["sacct", "-X", "-D", "-n", "-P", "-j", job_id, "-o", "State"]).split("\n")
     states = [row.split()[0] for row in rows if row.strip()]
     if requeued:
         states = states[:-1]
