@@ -342,7 +342,8 @@ def resume_command(launch: dict) -> str:
     """The newest launch's command (its secrets already redacted in the ledger), run again."""
     argv = launch.get("argv")
     words = " ".join(shlex.quote(str(word)) for word in argv) if isinstance(argv, list) else "<the same arguments>"
-    return f"cd {shlex.quote(str(REPO))} && .venv/bin/python -m hpc.launch {words}"
+    secret = " (give the secret --env values shown as *** again)" if "***" in words else ""
+    return f"cd {shlex.quote(str(REPO))} && .venv/bin/python -m hpc.launch {words}{secret}"
 
 
 def run_row(run_dir: RunDir, job: str, state: str, records: list[dict],
