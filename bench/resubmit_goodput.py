@@ -105,7 +105,9 @@ def launch_command(name: str, runs_dir: Path, minutes: int, grace: int, train_ar
 
 
 def job_ids(run: RunDir) -> list[str]:
-    ids = [str(r["job_id"]) for r in run.read_ledger() if r.get("event") in ("submit", "chain", "resubmit")]
+    """The run's jobs: submitted, chained, continued, and successors queued (hpc/successor.py)."""
+    ids = [str(r["job_id"]) for r in run.read_ledger()
+           if r.get("event") in ("submit", "chain", "resubmit", "successor")]
     return list(dict.fromkeys(ids))
 
 

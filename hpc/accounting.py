@@ -23,7 +23,9 @@ vLLM start), ``training`` during steps, ``between`` between steps (validation),
 ``lost`` from the last step to the stop when a step in flight was thrown away
 (rollouts abandoned, a crash, a job that ended without its end hook),
 ``idle`` from there to the job's end (stopping, a step that would not fit),
-and ``in_flight`` for the step a running job is on. Before a job run starts it
+and ``in_flight`` for the step a running job is on, or ``stalled`` instead once
+the run is flagged STALLED (hpc/health.py: no step for 3x its usual step time):
+a running job's time since its last step (or its start) is then lost. Before a job run starts it
 is ``queued``: from its submission (a requeued run: from the requeue), or from
 the end of the run's previous job run when it was submitted earlier (chain,
 afterany), to its start.
@@ -43,7 +45,7 @@ import argparse
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -52,7 +54,9 @@ from hpc.rundir import RunDir
 
 FS = "\x1f"  # sacct's field delimiter here: no field holds it
 SACCT_FIELDS = ("JobID", "State", "Submit", "Eligible", "Start", "End", "ElapsedRaw", "NNodes", "AllocTRES")
-SUBMITTING_EVENTS = ("submit", "chain", "resubmit")
+# A successor (hpc/successor.py) is submitted when its predecessor starts, hours before the
+# ``resubmit`` that names it: its ``successor`` record is its submission.
+SUBMITTING_EVENTS = ("submit", "chain", "successor", "resubmit")
 # A sacct row submitted this long before the ledger first names its job id is another job
 # that had the id (a Slurm whose job ids started again), not the run's.
 ID_REUSE_SLACK = timedelta(minutes=10)
@@ -61,18 +65,19 @@ EARLY = timedelta(seconds=2)  # sacct and the run's records round to whole secon
 RECENT_JOB_RUNS = 3  # GPU-h per step is measured over the run's latest job runs that trained
 RECENT_STEPS = 10
 
-KINDS = ("queued", "starting", "training", "between", "in_flight", "lost", "idle")
+KINDS = ("queued", "starting", "training", "between", "in_flight", "stalled", "lost", "idle")
 LABELS = {
     "queued": "queued",
     "starting": "starting (model load, vLLM)",
     "training": "training steps",
     "between": "validation, between steps",
     "in_flight": "step in flight",
+    "stalled": "stalled (no step since, flagged STALLED)",
     "lost": "lost work (abandoned, crashed)",
     "idle": "idle, stopping",
 }
-WASTED = ("starting", "between", "lost", "idle")  # allocated time that trained nothing
-SHORT = {"starting": "start-up", "between": "validation", "lost": "abandoned", "idle": "idle"}
+WASTED = ("starting", "between", "stalled", "lost", "idle")  # allocated time that trained nothing
+SHORT = {"starting": "start-up", "between": "validation", "stalled": "stalled", "lost": "abandoned", "idle": "idle"}
 ENDED_BADLY = ("failed",)  # job_end outcomes whose step in flight died with the job
 
 
@@ -240,10 +245,10 @@ class RunAccounting:
     @property
     def gpu_hours_per_step(self) -> float | None:
         """All-in GPU-h per step over the latest job runs that trained: start-ups, validation
-        and stops included, as the remaining steps will pay them too."""
+        and stops included, as the remaining steps will pay them too (a stall, a fault, is not)."""
         recent = [j for j in self.jobs if j.steps][-RECENT_JOB_RUNS:]
         steps = sum(j.steps for j in recent)
-        spent = sum(j.gpu_hours - j.kind_gpu_hours("in_flight") for j in recent)
+        spent = sum(j.gpu_hours - j.kind_gpu_hours("in_flight") - j.kind_gpu_hours("stalled") for j in recent)
         return spent / steps if steps else None
 
     @property
@@ -446,7 +451,12 @@ def rows_of_run(ledger: list[dict[str, Any]], rows: Iterable[SacctRow], now: dat
             return row.submit is None or row.submit >= first[row.job_id] - ID_REUSE_SLACK
         return id(row) in started
 
-    return [row for row in candidates if ours(row)]
+    return [row for row in candidates if ours(row) and not never_ran(row)]
+
+
+def never_ran(row: SacctRow) -> bool:
+    """Ended without starting: a successor (or chained job) cancelled while it waited costs nothing."""
+    return row.start is None and row.end is not None
 
 
 def job_starts(ledgers: Iterable[list[dict[str, Any]]]) -> dict[str, list[datetime]]:
@@ -477,6 +487,7 @@ class JobFacts:
     stop: Stop | None
     ended_badly: bool  # its workload failed, or it ended without its end hook
     pack_runs: int | None = None  # its job_start's: runs sharing the job (a pack job, hpc/pack.py)
+    stalled: bool = False  # it runs, and the run is flagged STALLED (hpc/health.py)
 
 
 NO_FACTS = JobFacts([], None, False)  # a job run that has not started
@@ -536,7 +547,8 @@ def tail_segments(row: SacctRow, cursor: datetime, facts: JobFacts, now: datetim
     """After the job run's last step (or its start, when it trained none)."""
     trained = bool(facts.steps)
     if row.end is None:
-        return [Segment("in_flight" if trained else "starting", cursor, max(cursor, now))]
+        kind = "stalled" if facts.stalled else "in_flight" if trained else "starting"
+        return [Segment(kind, cursor, max(cursor, now))]
     end = max(cursor, row.end)
     stop_at = min(max(facts.stop.time, cursor), end) if facts.stop else None
     if not trained:
@@ -573,12 +585,13 @@ class RunFiles:
     stops: list[Stop]
     progress: dict[str, Any]
     done: dict[str, Any] | None
+    validations: list[dict[str, Any]] = field(default_factory=list)  # the health check's (a stall allows for them)
 
     @classmethod
     def read(cls, run: RunDir, ledger: list[dict[str, Any]] | None = None) -> RunFiles:
         """Whatever is readable: a torn or odd file reads as empty, never as an error."""
         return cls(objects(run.read_ledger) if ledger is None else ledger, read_steps(run), read_stops(run),
-                   marker(run.read_progress) or {}, marker(run.read_done))
+                   marker(run.read_progress) or {}, marker(run.read_done), objects(run.read_validations))
 
 
 def objects(read: Callable[[], list[Any]]) -> list[dict[str, Any]]:
@@ -597,11 +610,13 @@ def marker(read: Callable[[], Any]) -> dict[str, Any] | None:
 
 
 def account(name: str, files: RunFiles, rows: Iterable[SacctRow], charging: Charging | None,
-            starts: dict[str, list[datetime]] | None = None, now: datetime | None = None) -> RunAccounting:
+            starts: dict[str, list[datetime]] | None = None, now: datetime | None = None,
+            health: Any = None) -> RunAccounting:
     """The run's accounting from its files and the sacct rows of its jobs (others are ignored).
 
     ``starts``: job_start times of every run that may share a job with this one (job_starts);
-    default, this run's own (nothing shared)."""
+    default, this run's own (nothing shared). ``health``: the STALLED thresholds
+    (hpc.health.HealthSettings; default, its defaults)."""
     now = now or datetime.now(timezone.utc)
     starts = job_starts([files.ledger]) if starts is None else starts
     ordered = sorted(rows_of_run(files.ledger, rows, now), key=row_order)
@@ -612,12 +627,23 @@ def account(name: str, files: RunFiles, rows: Iterable[SacctRow], charging: Char
         attempt = attempts[row.job_id] = attempts.get(row.job_id, -1) + 1
         ready = max(filter(None, (row.submit, previous_end)), default=None)
         gpus = charging.gpus(row) if charging else row.gpus
-        known = facts.get(id(row), NO_FACTS)
+        known = with_stall(facts.get(id(row), NO_FACTS), row, files, now, health)
         share = known.pack_runs or sharing(starts, owners, row)
         jobs.append(job_run(row, attempt, ready, known, gpus, share, now))
         previous_end = row.end or previous_end
     return RunAccounting(name, charging, tuple(jobs), *step_totals(files), restart_gaps(jobs),
                          median_step(files.steps), now)
+
+
+def with_stall(known: JobFacts, row: SacctRow, files: RunFiles, now: datetime, settings: Any) -> JobFacts:
+    """A running job's facts, marked stalled when hpc/health.py flags the run STALLED."""
+    if row.end is not None or row.start is None or row.state != "RUNNING":
+        return known
+    from hpc import health  # it reads this module's records
+
+    flag = health.stalled(files.steps, files.validations, row.job_id, row.start, now,
+                          settings or health.HealthSettings())
+    return replace(known, stalled=flag is not None)
 
 
 def step_totals(files: RunFiles) -> tuple[int, int | None, bool]:
@@ -687,14 +713,15 @@ def summary_line(acc: RunAccounting) -> str:
 
 
 JOB_HEAD = ["JOB", "STATE", "NODES", "GPUS", "QUEUED", "ELAPSED", "GPU-H", "STARTING", "TRAINING", "BETWEEN",
-            "LOST", "IDLE", "IN FLIGHT", "STEPS", "STOP", "LOST ROLLOUT-S"]
+            "LOST", "IDLE", "IN FLIGHT", "STALLED", "STEPS", "STOP", "LOST ROLLOUT-S"]
 
 
 def job_cells(job: JobRun) -> list[str]:
     gpus = f"{job.gpus}" + (f"/{job.share}" if job.share > 1 else "")
     return [job.label, job.state, str(job.nodes), gpus, span(job.seconds("queued")),
             span(job.elapsed) if job.start else "-", hours(job.gpu_hours),
-            *(span(job.seconds(k)) for k in ("starting", "training", "between", "lost", "idle", "in_flight")),
+            *(span(job.seconds(k)) for k in ("starting", "training", "between", "lost", "idle", "in_flight",
+                                             "stalled")),
             str(job.steps), job.stop_reason or "-", f"{job.lost_rollout_seconds:.0f}"]
 
 
@@ -749,7 +776,18 @@ def account_run(run: RunDir, now: datetime | None = None) -> RunAccounting:
     files = RunFiles.read(run)
     rows = query_sacct(run_job_ids(files.ledger))
     starts = job_starts([files.ledger, *sibling_ledgers(run)])
-    return account(run.name, files, rows, charging_of(cluster_of(files.ledger)), starts, now)
+    return account(run.name, files, rows, charging_of(cluster_of(files.ledger)), starts, now, stall_settings())
+
+
+def stall_settings() -> Any:
+    """The STALLED thresholds from the environment (HPC_STALL_*), as status.sh reads them; their
+    defaults where a variable is not a number (status.sh says so)."""
+    from hpc import health
+
+    try:
+        return health.HealthSettings.from_env()
+    except health.SettingError:
+        return health.HealthSettings()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ COLORS = {
     "training": "tab:green",
     "between": "#a6d96a",
     "in_flight": "#c7e9c0",
+    "stalled": "tab:brown",
     "lost": "tab:red",
     "idle": "#9e9ac8",
 }

@@ -6,15 +6,19 @@ The job script (sbatch/_job_control.sh.j2) calls
     python -m hpc.continuation end   --run_dir D --model_dir M --exit_code RC --mode requeue|afterany|chain \
                                      --script S --max_resubmits N --max_failures N [--log_err PATH]
 
-``begin`` says whether there is anything to do (exit 10 when the run is done or
-given up: a chained job then ends at once), checks that the model folder is
-this run's own (exit 3 and the run marked failed when another run owns it:
-hpc/ownership.py), moves half-written checkpoints aside and records the step
-the job starts from. ``end`` records how the
+``begin`` says whether there is anything to do (exit 10 when the run is done,
+given up or cancelled by its user, or another job carries it: a chained job or
+a successor then ends at once), checks that the model folder is this run's own
+(exit 3 and the run marked failed when another run owns it: hpc/ownership.py),
+records a job that ended without its end hook (with the state accounting gives
+it), moves half-written checkpoints aside, records the step the job starts from
+and, with ``--successor SCRIPT``, queues the job's successor (hpc/successor.py:
+the run then goes on whatever ends this job). ``end`` records how the
 workload ended and continues the run: ``scontrol requeue`` (same job id, where
-the cluster allows it), a follow-up job with ``--dependency=afterany`` (where
-jobs may submit jobs), or nothing (``--chain``: the launcher pre-submitted the
-followers). The decision is the pure function ``decide`` over the ledger and
+the cluster allows it), the successor queued at the start, else a follow-up job
+with ``--dependency=afterany`` (where jobs may submit jobs), or nothing
+(``--chain``: the launcher pre-submitted the followers); a run that stops here
+has its successor cancelled. The decision is the pure function ``decide`` over the ledger and
 what Slurm says about the job, so every counter (continuations, failures
 without progress) is derived from the one record that survives requeues and
 node losses; there is no other state.
@@ -46,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from hpc import notify, ownership
+from hpc import notify, ownership, successor
 from hpc.checkpoints import latest_complete, quarantine_incomplete
 from hpc.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
 
@@ -280,14 +284,14 @@ def slurm_view(job_id: str, restart_count: int) -> SlurmView:
     Any error answers "neither": the run then continues as usual."""
     if not job_id.isdigit():  # not a Slurm job (a test, a run by hand)
         return SlurmView()
-    show = _query(["scontrol", "show", "job", "-o", job_id])
+    show = slurm_query(["scontrol", "show", "job", "-o", job_id])
     restarts = re.search(r"\bRestarts=(\d+)", show)
-    state = _query(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State"]).strip().splitlines()
+    state = slurm_query(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State"]).strip().splitlines()
     return SlurmView(requeued=bool(restarts) and int(restarts.group(1)) > restart_count,
                      cancelled=bool(state) and state[-1].startswith("CANCELLED"))
 
 
-def _query(command: list[str]) -> str:
+def slurm_query(command: list[str]) -> str:
     """stdout of a read-only Slurm command, or "" if it fails (briefly: the job is near its limit)."""
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=20, env=slurm_env())
@@ -333,8 +337,19 @@ def current_step(model_dir: Path) -> int:
     return latest.step if latest else 0
 
 
-def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int) -> int:
-    """Exit 10 if the run is done or failed; else record where this job starts."""
+@dataclass(frozen=True)
+class Limits:
+    """--max_resubmits and --max_failures, which a begin hook applies to a job lost without
+    its end hook (a job OOM-killed over and over is a crash loop like any other)."""
+
+    max_resubmits: int = 10**9
+    max_failures: int = 10**9
+
+
+def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int, script: Path | None = None,
+          limits: Limits = Limits()) -> int:
+    """Exit 10 if the run is done, failed or cancelled, or another job carries it; else record
+    where this job starts and (``script`` given) queue its successor (hpc/successor.py)."""
     done, failed = run.read_done(), run.read_failed()
     if done:
         print(f"[continuation] run {run.name} finished at step {done.get('final_step')}: nothing to do")
@@ -344,6 +359,10 @@ def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int) -> int:
               f"relaunch to try again")
         return EXIT_NOTHING_TO_DO
     with run.locked():
+        why_not = nothing_to_do(run, job_id)
+        if why_not:
+            print(f"[continuation] {why_not}: nothing to do")
+            return EXIT_NOTHING_TO_DO
         try:
             note = ownership.claim(run, model_dir).note
         except ownership.OwnershipError as error:
@@ -352,14 +371,54 @@ def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int) -> int:
         if note:
             print(f"[continuation] {note}")
         lost = unclosed_start(run.read_ledger())
-        if lost is not None:
-            close_lost_job(run, lost, current_step(model_dir), job_id)
+        if lost is not None and not resume_after_lost_job(run, lost, current_step(model_dir), job_id, limits):
+            return EXIT_NOTHING_TO_DO
         quarantine_incomplete(model_dir)
         step = current_step(model_dir)
         run.append_ledger("job_start", job_id=job_id, step=step, restart_count=restart_count,
                           err_offset=log_size(run.log_paths(job_id)[1]), **pack_share())
-    print(f"[continuation] job {job_id} starts from step {step} (restart {restart_count})")
+        print(f"[continuation] job {job_id} starts from step {step} (restart {restart_count})")
+        if script is not None and job_id.isdigit():
+            successor.ensure([run], job_id, script)
     return 0
+
+
+def resume_after_lost_job(run: RunDir, lost: dict[str, Any], step: int, job_id: str, limits: Limits) -> bool:
+    """Record the lost job and decide as its end hook would: False when the run stops here
+    (its user cancelled the lost job; --max_failures lost or failed jobs in a row without
+    progress; --max_resubmits used up)."""
+    if close_lost_job(run, lost, step, job_id) == STOP:
+        return False
+    decision = decide(run.read_ledger(), done=False, mode="afterany", max_resubmits=limits.max_resubmits + 1,
+                      max_failures=limits.max_failures)
+    if decision.action == GIVE_UP:
+        give_up(run, decision.reason, None)
+        return False
+    return True
+
+
+def nothing_to_do(run: RunDir, job_id: str) -> str | None:
+    """Why this job must not touch the run though it is neither done nor failed: its user
+    cancelled it (a ``cancelled`` record since the newest launch), this job is a successor
+    whose predecessor Slurm requeued (back in the queue, it carries the run on), or another
+    job of the run is running."""
+    ledger = run.read_ledger()
+    if cancelled_since_launch(ledger):
+        return f"run {run.name} was cancelled by its user (launch again to resume)"
+    before = successor.predecessor(ledger, job_id)
+    if before is not None and before != job_id and successor.still_queued(before):
+        return f"job {before}, which this job follows, is back in the queue (requeued by Slurm) and carries the run"
+    running = unclosed_start(ledger)
+    other = str(running.get("job_id")) if running else None
+    if other not in (None, job_id) and successor.queue_state(other) == "RUNNING":
+        return f"job {other} is running this run (one job at a time; e.g. a job requeued after its successor began)"
+    return None
+
+
+def cancelled_since_launch(ledger: list[dict[str, Any]]) -> bool:
+    """The newest of the launch (``submit``) and ``cancelled`` records is a ``cancelled``."""
+    marks = [r.get("event") for r in ledger if r.get("event") in ("submit", "cancelled")]
+    return bool(marks) and marks[-1] == "cancelled"
 
 
 def pack_share() -> dict[str, int]:
@@ -368,16 +427,30 @@ def pack_share() -> dict[str, int]:
     return {"pack_runs": int(runs)} if runs.isdigit() else {}
 
 
-def close_lost_job(run: RunDir, lost: dict[str, Any], step: int, job_id: str) -> None:
-    """Record the end of a job that never ran its end hook (node failure, kill -9,
-    time limit overrun) as a failure, so the crash guard sees it. If it is this
-    very job, Slurm requeued it (a lost node, with --requeue): that continuation
-    goes in the ledger too."""
+def close_lost_job(run: RunDir, lost: dict[str, Any], step: int, job_id: str) -> str:
+    """Record the end of a job that never ran its end hook (node failure, kill -9 or OOM kill
+    of the job, time limit overrun) with the state accounting gives it, as a failure, so the
+    crash guard sees it; return the action. If it is this very job, Slurm requeued it (a lost
+    node, with --requeue): that continuation goes in the ledger too. If this job is the lost
+    one's successor, it continues the run (a ``resubmit`` record), unless the lost job was
+    cancelled by its user: then the run stops (STOP)."""
+    lost_id = str(lost.get("job_id"))
+    state = successor.ended_state(lost_id, requeued=lost_id == job_id)
     run.append_ledger("job_end", job_id=lost.get("job_id"), exit_code=None, step=step, outcome=FAILED,
-                      note="ended without its end hook (node failure, kill, or time limit overrun)")
-    print(f"[continuation] job {lost.get('job_id')} ended without its end hook; recorded as failed at step {step}")
-    if str(lost.get("job_id")) == job_id:
+                      note="ended without its end hook (node failure, kill, or time limit overrun)",
+                      **({"slurm_state": state} if state else {}))
+    print(f"[continuation] job {lost_id} ended without its end hook ({state or 'state unknown'}); "
+          f"recorded as failed at step {step}")
+    if lost_id == job_id:
         run.append_ledger("requeue", job_id=job_id, by="slurm")
+        return REQUEUED
+    if state == "CANCELLED":
+        run.append_ledger("cancelled", job_id=lost_id)
+        print(f"[continuation] job {lost_id} was cancelled by its user: the run is not continued")
+        return STOP
+    if successor.predecessor(run.read_ledger(), job_id) == lost_id:
+        run.append_ledger("resubmit", job_id=job_id, after=lost_id, by="successor")
+    return RESUBMIT
 
 
 @dataclass(frozen=True)
@@ -423,6 +496,8 @@ def carry_out(a: EndArgs, decision: Decision, ledger: list[dict[str, Any]], done
     if a.packed and decision.action in (REQUEUE, RESUBMIT):
         print(f"[continuation] run {run.name} is in a pack job: the pack continues it (hpc.pack end)")
         return
+    if decision.action in (FINISH, GIVE_UP, STOP) and not a.packed:
+        successor.cancel(run, a.job_id)
     if decision.action == FINISH:
         if not any(r.get("event") == "done" for r in ledger):
             run.append_ledger("done", step=(done or {}).get("final_step"))
@@ -434,14 +509,24 @@ def carry_out(a: EndArgs, decision: Decision, ledger: list[dict[str, Any]], done
         run.append_ledger("cancelled", job_id=a.job_id)
     elif decision.action == REQUEUED:
         run.append_ledger("requeue", job_id=a.job_id, by="slurm")
-    elif decision.action == REQUEUE:
-        if not requeued(a.job_id):
-            submit_follower(a)
-            return
-        run.append_ledger("requeue", job_id=a.job_id, by="job")
+    elif decision.action in (REQUEUE, RESUBMIT):
+        continue_run(a, decision.action, ledger)
+
+
+def continue_run(a: EndArgs, action: str, ledger: list[dict[str, Any]]) -> None:
+    """Requeue where the mode says so (the job keeps its id, so its successor keeps waiting
+    on it); else, or where Slurm refuses the requeue, through the successor that already
+    waits (one continuation, never two), else by a new follow-up job."""
+    if action == REQUEUE and requeued(a.job_id):
+        a.run.append_ledger("requeue", job_id=a.job_id, by="job")
         print(f"[continuation] requeued job {a.job_id}")
-    elif decision.action == RESUBMIT:
-        submit_follower(a)
+        return
+    waiting = successor.pending_of(ledger, a.job_id)
+    if waiting is not None:
+        a.run.append_ledger("resubmit", job_id=waiting, after=a.job_id, by="successor")
+        print(f"[continuation] job {waiting}, queued when this job started, continues the run")
+        return
+    submit_follower(a)
 
 
 def submit_follower(a: EndArgs) -> None:
@@ -481,6 +566,11 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--run_dir", type=Path, required=True)
         s.add_argument("--model_dir", type=Path, required=True)
         s.add_argument("--job_id", default=os.environ.get("SLURM_JOB_ID", "local"))
+    b = sub.choices["begin"]
+    b.add_argument("--successor", type=Path, default=None, metavar="SCRIPT",
+                   help="queue SCRIPT to follow this job (afterany), whatever ends it")
+    b.add_argument("--max_resubmits", type=int, default=Limits.max_resubmits)
+    b.add_argument("--max_failures", type=int, default=Limits.max_failures)
     e = sub.choices["end"]
     e.add_argument("--exit_code", type=int, required=True)
     e.add_argument("--mode", choices=MODES, required=True)
@@ -497,7 +587,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[continuation] %(message)s", stream=sys.stderr)
     run = RunDir(args.run_dir)
     if args.command == "begin":
-        return begin(run, args.model_dir, args.job_id, int(os.environ.get("SLURM_RESTART_COUNT") or 0))
+        return begin(run, args.model_dir, args.job_id, int(os.environ.get("SLURM_RESTART_COUNT") or 0),
+                     args.successor, Limits(args.max_resubmits, args.max_failures))
     end(EndArgs(run, args.model_dir, args.job_id, args.exit_code, args.mode, args.script,
                 args.max_resubmits, args.max_failures, args.log_err,
                 int(os.environ.get("SLURM_RESTART_COUNT") or 0), args.packed))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from hpc.checkpoints import latest_complete, model_dir
 from hpc.clusters import Cluster, Registry, load_registry
-from hpc import init_from, ownership, packing, vllm_runtime
+from hpc import init_from, ownership, packing, queue_preflight, vllm_runtime
 from hpc.envfiles import EnvLayer, MergedEnv, merge_layers, redact_argv
 from hpc.errors import UsageError
 from hpc.jobspec import (
@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --dry_run: also run the trainer's preflight checks that can run on this login node "
                           "(data, model cache, backend, filesystems, W&B, the judge) with the job's environment, "
                           "list what only the job can check, and exit 1 when a check fails")
+    job.add_argument("--no_preflight", action="store_true",
+                     help="submit without first running the trainer's preflight checks on this login node "
+                          "(they refuse a job that cannot work before it waits in the queue; the job checks "
+                          "again on its node)")
     job.add_argument("--runs_dir", default=None, help="where run directories live; default: RUNS_DIR from dotenv, else <repo>/runs")
     res = p.add_argument_group("resources")
     res.add_argument("--partition", default=None, help="Slurm partition; default: the cluster's")
@@ -355,7 +359,8 @@ def restart_run(spec: JobSpec) -> None:
 
 
 def ledger_job_ids(run_dir: RunDir) -> list[str]:
-    ids = [str(r["job_id"]) for r in run_dir.read_ledger() if r.get("event") in ("submit", "chain", "resubmit")]
+    events = ("submit", "chain", "resubmit", "successor")
+    ids = [str(r["job_id"]) for r in run_dir.read_ledger() if r.get("event") in events]
     return list(dict.fromkeys(ids))
 
 
@@ -373,7 +378,7 @@ def print_preview(spec: JobSpec, script: str, restart: bool = False) -> None:
     if spec.vllm_runtime:
         print(f"vllm runtime: {spec.vllm_runtime}")
     print(f"run state:    {resume_summary(spec, restart)}")
-    chain = f", {c.chain} jobs pre-submitted" if c.mode == "chain" else ""
+    chain = f", {c.chain} jobs pre-submitted" if c.mode == "chain" else ", each job queues its successor as it starts"
     print(f"continuation: {c.mode}{chain} (at most {c.max_resubmits} continuations; "
           f"{c.max_failures} failures without progress mark the run failed)")
     print(f"\n# environment ({' < '.join(_short(s) for s in spec.env_layers)}; secrets shown as ***)")
@@ -511,32 +516,27 @@ def check_preflight_flags(args: argparse.Namespace) -> None:
                          "runs something else")
 
 
-def preflight_env(spec: JobSpec) -> dict[str, str]:
-    """The job's environment as the preflight needs it: the merged dotenv (secrets included: the
-    judge's key is checked, never printed) and what the job script adds (run, model folder, internet)."""
-    served = getattr(spec, "judge", None)  # --judge_serve: a judge only the job can ask
-    return {**os.environ, **spec.env.values, "HPC_RUN_DIR": str(spec.run_dir.path),
-            "HPC_MODEL_DIR": str(spec.model_dir), "HPC_NO_INTERNET": "0" if spec.cluster.internet else "1",
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True", **({"HPC_JUDGE_SERVED": served.model} if served else {})}
-
-
 def login_preflight(spec: JobSpec) -> int:
     """``--dry_run --preflight``: trainer/preflight.py on this login node, in a child process
     (litellm loads there, never in the launcher), one line per check; 1 when one fails."""
     print(f"\n# preflight on the login node ({spec.cluster.name}'s job environment; the job checks again on its node)")
     sys.stdout.flush()
-    command = [sys.executable, "-m", "trainer.preflight", "--config", spec.config, "--where", "login",
-               *spec.train_args]
-    try:
-        result = subprocess.run(command, cwd=REPO_DIR, env=preflight_env(spec), capture_output=True, text=True,
-                                timeout=300)
-    except subprocess.TimeoutExpired:
-        print("preflight: FAILED: the checks did not finish within 300 s")
-        return 1
+    result = queue_preflight.run(spec)
     print(result.stdout, end="")
-    if result.returncode and not result.stdout.strip():  # the checks themselves could not run
+    if result.code and not result.stdout.strip():  # the checks themselves could not run
         print(f"preflight: FAILED: {(result.stderr.strip().splitlines() or ['no output'])[-1]}")
-    return 0 if result.returncode == 0 else 1
+    return 0 if result.code == 0 else 1
+
+
+def preflight_refuses(args: argparse.Namespace, spec: JobSpec) -> bool:
+    """Before submitting the trainer: the login-side preflight (hpc/queue_preflight.py), unless
+    --no_preflight, or the run is finished (nothing will be submitted)."""
+    slurm.require_sbatch()  # no Slurm here: say that first, not what the checks find
+    if args.no_preflight or not queue_preflight.applies(spec):
+        return False
+    if spec.run_dir.read_done() is not None and not args.restart:
+        return False
+    return not queue_preflight.gate(spec)
 
 
 def launch_sweep(args: argparse.Namespace, argv: list[str], registry: Registry) -> int:
@@ -562,6 +562,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             print_preview(spec, script, args.restart)
             return login_preflight(spec) if args.preflight else 0
+        if preflight_refuses(args, spec):
+            return 1
         return submit_run(spec, script, argv, args.restart)
     except UsageError as err:
         print(f"hpc.launch: error: {err}", file=sys.stderr)

@@ -3,6 +3,7 @@
 The pack job's script (sbatch/_pack_control.sh.j2) calls
 
     python -m hpc.pack slots --gpus_per_run g --member RUN_DIR SCRIPT [--member ...]
+    python -m hpc.pack begin --script PACK_SCRIPT --member RUN_DIR SCRIPT [--member ...]
     python -m hpc.pack devices --first N --count J
     python -m hpc.pack end --mode requeue|afterany --script PACK_SCRIPT --max_resubmits N \\
                            --max_failures N --member RUN_DIR SCRIPT [--member ...]
@@ -14,9 +15,12 @@ the paths the launcher recorded in the run's ledger); the script then runs each
 member's own job script, whose job control (begin hook, workload, end hook) is
 the one a single run has. Each member's end hook records its job's end and
 decides for its run (finished, given up, cancelled) but leaves continuing to
-the pack: ``end`` then continues the job once (requeue, or the pack script
-again with afterany) if any member wants to continue, and records that
-continuation in the ledger of each member it continues. Counting, failure
+the pack: ``end`` then continues the job once (requeue, or the pack's successor)
+if any member wants to continue, and records that continuation in the ledger of
+each member it continues. ``begin`` queues that successor when the pack job
+starts (the pack script again, afterany on this job: hpc/successor.py), so the
+runs go on even when the pack's script dies without ``end``; it exits 10 when
+this job is a successor whose predecessor Slurm requeued (that one carries the runs). Counting, failure
 limits and done markers thus stay per run: one failing run does not stop the others.
 """
 
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc import continuation as cont
+from hpc import successor
 from hpc.rundir import RunDir
 
 CONTINUE = (cont.REQUEUE, cont.RESUBMIT)
@@ -126,19 +131,51 @@ class Settings:
         return (f"--gres=gpu:{runs * per_run + judge}",)
 
 
+def begin(members: list[Member], job_id: str, script: Path) -> int:
+    """Exit 10 when a predecessor of this job is back in the queue; else queue the pack's
+    successor for the members with work (hpc/successor.py)."""
+    working = [m for m in members if has_work(m.run)]
+    for m in working:
+        before = successor.predecessor(m.run.read_ledger(), job_id)
+        if before is not None and before != job_id and successor.still_queued(before):
+            print(f"[pack] job {before}, which this job follows, is back in the queue and carries the runs")
+            return cont.EXIT_NOTHING_TO_DO
+    if working and job_id.isdigit():
+        successor.ensure([m.run for m in working], job_id, script)
+    return 0
+
+
+def waiting_successor(members: list[Member], job_id: str) -> tuple[Member, str] | None:
+    """The pack's successor still waiting on this job, with a member whose ledger names it."""
+    for m in members:
+        waiting = successor.pending_of(m.run.read_ledger(), job_id)
+        if waiting is not None:
+            return m, waiting
+    return None
+
+
 def end(members: list[Member], job_id: str, settings: Settings, restart_count: int) -> list[Member]:
     """Continue the pack once for the members that want it; return those members."""
     slurm = cont.slurm_view(job_id, restart_count)
     going = [m for m in members if wants_to_continue(m, job_id, settings, slurm)]
+    waiting = waiting_successor(members, job_id)
+    fewer = settings.resize is not None and len(going) < len(members)  # requeue would keep the GPUs
+    if waiting is not None and (not going or fewer) and not slurm.requeued:
+        successor.cancel(waiting[0].run, job_id)  # the runs stop here, or a smaller job follows
+        waiting = None
     if not going:
         print(f"[pack] job {job_id}: no run of the pack continues")
         return []
     names = ", ".join(m.run.name for m in going)
-    fewer = settings.resize is not None and len(going) < len(members)  # requeue would keep the GPUs
     if settings.mode == "requeue" and not fewer and cont.requeued(job_id):
         for m in going:
             m.run.append_ledger("requeue", job_id=job_id, by="job")
         print(f"[pack] requeued job {job_id} for {names}")
+        return going
+    if waiting is not None:
+        for m in going:
+            m.run.append_ledger("resubmit", job_id=waiting[1], after=job_id, by="successor")
+        print(f"[pack] job {waiting[1]}, queued when this job started, continues {names}")
         return going
     try:
         new_id = cont.resubmit(settings.script, job_id, settings.options(len(going)))
@@ -161,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("slots")
     s.add_argument("--gpus_per_run", type=int, required=True)
+    b = sub.add_parser("begin")
+    b.add_argument("--script", type=Path, required=True)
     j = sub.add_parser("devices")
     j.add_argument("--first", type=int, required=True)
     j.add_argument("--count", type=int, required=True)
@@ -171,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max_failures", type=int, required=True)
     e.add_argument("--resize", type=int, nargs=2, default=None, metavar=("GPUS_PER_RUN", "JUDGE_GPUS"),
                    help="ask the next job for only the GPUs its runs use (clusters charging GPUs as asked)")
-    for parser in (s, e):
+    for parser in (s, b, e):
         parser.add_argument("--member", nargs=2, action="append", default=[], metavar=("RUN_DIR", "SCRIPT"))
         parser.add_argument("--job_id", default=os.environ.get("SLURM_JOB_ID", "local"))
     return p
@@ -183,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         print(",".join(device_slice(os.environ, args.first, args.count)))
         return 0
     members = [Member(RunDir(Path(run)), Path(script)) for run, script in args.member]
+    if args.command == "begin":
+        return begin(members, args.job_id, args.script)
     if args.command == "slots":
         for slot in slots(members, args.gpus_per_run, os.environ):
             print(slot.line(args.job_id))

@@ -103,32 +103,52 @@ def pyplot() -> Any:
 
 
 def plot_training(run: RunDir, path: Path) -> bool:
-    """Reward (top) and validation accuracy (bottom) against step; False if nothing to plot."""
-    steps, validations = run.read_steps(), run.read_validations()
-    if not steps and not validations:
+    """Reward (top) and validation accuracy (bottom) against step, each panel only where the run
+    has its records; False (no picture) when it has neither."""
+    rewards = [(s["step"], s["reward_mean"]) for s in run.read_steps() if is_number(s.get("reward_mean"))]
+    validations = run.read_validations()
+    panels = [p for p, has in ((reward_panel, rewards), (validation_panel, validations)) if has]
+    if not panels:
         return False
     plt = pyplot()
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=FIG_SIZE, sharex=True, dpi=DPI)
-    top.plot([s["step"] for s in steps], [s.get("reward_mean") for s in steps], color="tab:blue",
-             label="training reward (mean of the step's rollouts)")
-    top.set_ylabel("reward")
-    bottom.plot([v["step"] for v in validations], [100 * v["accuracy"] for v in validations], marker="o",
-                color="tab:green", label=f"validation accuracy ({validations[0]['questions']} held-out questions)"
-                if validations else "validation accuracy")
-    bottom.set_ylabel("accuracy (%)")
-    bottom.set_ylim(0, 100)
-    bottom.set_xlabel("training step")
-    for axis in (top, bottom):
-        for index, (step, job) in enumerate(job_starts(run)):
-            axis.axvline(step, color="grey", linestyle=":", linewidth=1,
-                         label="a new job starts" if index == 0 else None)
-        axis.grid(alpha=0.3)
-        axis.legend(loc="lower right", fontsize=9)
-    fig.suptitle(f"Run {run.name}: training reward and validation accuracy")
+    fig, axes = plt.subplots(len(panels), 1, figsize=FIG_SIZE, sharex=True, dpi=DPI, squeeze=False)
+    for panel, axis in zip(panels, axes[:, 0]):
+        panel(axis, rewards, validations)
+        mark_jobs(axis, run)
+    axes[-1, 0].set_xlabel("training step")
+    fig.suptitle(f"Run {run.name}: " + " and ".join(TITLES[p] for p in panels))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return True
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def reward_panel(axis: Any, rewards: list[tuple[int, float]], validations: list[dict[str, Any]]) -> None:
+    axis.plot([s for s, _ in rewards], [r for _, r in rewards], color="tab:blue",
+              label="training reward (mean of the step's rollouts)")
+    axis.set_ylabel("reward")
+
+
+def validation_panel(axis: Any, rewards: list[tuple[int, float]], validations: list[dict[str, Any]]) -> None:
+    axis.plot([v["step"] for v in validations], [100 * v["accuracy"] for v in validations], marker="o",
+              color="tab:green", label=f"validation accuracy ({validations[0]['questions']} held-out questions)")
+    axis.set_ylabel("accuracy (%)")
+    axis.set_ylim(0, 100)
+
+
+TITLES = {reward_panel: "training reward", validation_panel: "validation accuracy"}
+
+
+def mark_jobs(axis: Any, run: RunDir) -> None:
+    """A dotted line where each job after the first began training."""
+    for index, (step, job) in enumerate(job_starts(run)):
+        axis.axvline(step, color="grey", linestyle=":", linewidth=1, label="a new job starts" if index == 0 else None)
+    axis.grid(alpha=0.3)
+    axis.legend(loc="lower right", fontsize=9)
 
 
 def plot_models(bars: list[Bar], key: str | None, path: Path) -> None:
@@ -185,6 +205,18 @@ def models_table(bars: list[Bar]) -> list[str]:
     return table([[b.label, percent(b.accuracy), kinds[b.kind]] for b in bars], ["model", "accuracy", "source"])
 
 
+def models_section(run: RunDir, out: Path) -> list[str]:
+    """The models evaluated on the run's questions, pictured; before any, a line that says so
+    and the published figures alone (no picture of nothing but references)."""
+    bars, key = model_bars(run)
+    if key is None or all(b.kind == "published" for b in bars):
+        (out / "models.png").unlink(missing_ok=True)
+        return ["No model evaluated on this run's questions yet (the run's own validations, or "
+                "`python -m trainer.eval`). For reference:", "", *models_table(bars)]
+    plot_models(bars, key, out / "models.png")
+    return [f"Questions: `{key}`.", "", "![accuracy by model](models.png)", "", *models_table(bars)]
+
+
 def write_report(run: RunDir) -> Path:
     out = run.report_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -195,11 +227,11 @@ def write_report(run: RunDir) -> Path:
                   f"{'finished' if run.read_done() else 'in progress'}.", ""]
     if plot_training(run, out / "training.png"):
         lines += ["## Training", "", "![training reward and validation accuracy](training.png)", ""]
+    else:
+        (out / "training.png").unlink(missing_ok=True)
+        lines += ["## Training", "", "No training step with a reward recorded yet.", ""]
     lines += ["## Validation", "", *validation_table(run), ""]
-    bars, key = model_bars(run)
-    plot_models(bars, key, out / "models.png")
-    lines += ["## Models on the same questions", "", f"Questions: `{key}`.", "", "![accuracy by model](models.png)",
-              "", *models_table(bars), ""]
+    lines += ["## Models on the same questions", "", *models_section(run, out), ""]
     for module in SECTION_MODULES:
         importlib.import_module(module)
     for section in SECTIONS:
@@ -240,4 +272,8 @@ def resolve_runs_dir(flag: Path | None) -> Path:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # ``python -m hpc.report`` runs this file as __main__, a second copy of the module: the
+    # sections register into hpc.report's SECTIONS (they import it), so run that module's main.
+    from hpc.report import main as package_main
+
+    sys.exit(package_main())

@@ -59,7 +59,9 @@ LEDGER_EVENTS = (
     "job_start",   # a job began work (job_id, step, restart_count, err_offset)
     "job_end",     # a job's workload ended (job_id, exit_code, step, outcome; error when failed)
     "requeue",     # the job was requeued (job_id, by = "job" | "slurm")
-    "resubmit",    # the job submitted its successor (job_id = new id, after = old id)
+    "successor",   # a starting job queued its successor, afterany on itself (job_id = new id, after = old id)
+    "resubmit",    # the run continues in job_id after job `after` (by = "successor": the one queued at its
+                   # start, whose begin hook found `after` ended without its end hook, or that end hook chose it)
     "cancelled",   # a user cancelled the job; the run is not continued (job_id)
     "done",        # training finished (step)
     "failed",      # run given up (reason, log_tail, error)

@@ -23,7 +23,7 @@ import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hpc import launch, packing, sweeps
+from hpc import launch, packing, queue_preflight, sweeps
 from hpc import submit as slurm
 from hpc.clusters import Registry
 from hpc.envfiles import merge_layers, redact_argv
@@ -235,6 +235,8 @@ def table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 def submit(plan: SweepPlan, args: argparse.Namespace, argv: list[str]) -> int:
     slurm.require_sbatch()
+    if preflight_refuses(plan, args):
+        return 1
     record_sweep(plan)
     for k, group in enumerate(plan.groups(), 1):
         if plan.per_job > 1:
@@ -242,6 +244,15 @@ def submit(plan: SweepPlan, args: argparse.Namespace, argv: list[str]) -> int:
         else:
             submit_alone(group[0], plan.sweep.name, argv, args.restart)
     return 0
+
+
+def preflight_refuses(plan: SweepPlan, args: argparse.Namespace) -> bool:
+    """The login-side preflight (hpc/queue_preflight.py) for the first run to launch: its runs
+    share the data, keys, backend and folders the checks look at; --no_preflight skips it."""
+    first = next((r.spec for r in plan.runs if r.launch), None)
+    if args.no_preflight or first is None or not queue_preflight.applies(first):
+        return False
+    return not queue_preflight.gate(first)
 
 
 def record_sweep(plan: SweepPlan) -> None:

@@ -41,7 +41,7 @@ BACKUP_DIR=$STATE_DIR/backup
 
 usage() {
   cat <<EOF
-Usage: $PROG up [--nodes N] [--timeout SECONDS]
+Usage: $PROG up [--nodes N] [--timeout SECONDS] [--slurmd_timeout SECONDS]
        $PROG down
        $PROG status
 
@@ -55,6 +55,10 @@ A real Slurm (22.05, Debian packages) on this machine, with accounting.
 Options:
   --nodes N          number of slurmd nodes for 'up' (default 1)
   --timeout SECONDS  how long 'up' waits for idle nodes (default 90)
+  --slurmd_timeout SECONDS
+                     how long a silent node may be before Slurm declares it
+                     down and its jobs NODE_FAIL (SlurmdTimeout; default 60,
+                     Slurm's own is 300: tests of a lost node stay short)
   -h, --help         this help
 
 State directory: $STATE_DIR (set LOCAL_SLURM_DIR to change).
@@ -290,6 +294,9 @@ JobRequeue=1
 ReturnToService=2
 MinJobAge=120
 KillWait=10
+# A node that stops answering (its slurmd killed: the tests' lost node) is
+# declared down, and its jobs NODE_FAIL, about this long after its last answer.
+SlurmdTimeout=$SLURMD_TIMEOUT
 InactiveLimit=0
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
@@ -326,6 +333,9 @@ EOF
 
 # Was slurm.conf written by this version of the script?
 conf_is_current() { [[ -f $ETC_SLURM/slurm.conf ]] && [[ $(head -n 1 "$ETC_SLURM/slurm.conf") == "$MARKER" ]]; }
+
+# Does the slurm.conf we wrote last have this SlurmdTimeout?
+slurmd_timeout_is() { grep -qx "SlurmdTimeout=$1" "$ETC_SLURM/slurm.conf" 2>/dev/null; }
 
 # Node count of the slurm.conf we wrote last, or 0.
 configured_nodes() {
@@ -432,7 +442,8 @@ cmd_up() {
   install -d -m 0700 "$STATE_DIR/etc"
   install -d -m 0755 "$ETC_SLURM"
 
-  if [[ $(configured_nodes) == "$nodes" ]] && conf_is_current && all_running "$nodes" && nodes_ready "$nodes"; then
+  if [[ $(configured_nodes) == "$nodes" ]] && conf_is_current && slurmd_timeout_is "$SLURMD_TIMEOUT" \
+    && all_running "$nodes" && nodes_ready "$nodes"; then
     say "already up with $nodes node(s); nothing to do"
     return 0
   fi
@@ -538,6 +549,7 @@ cmd_status() {
 
 main() {
   local command="" nodes=1 timeout=90
+  SLURMD_TIMEOUT=60
   while (($#)); do
     case $1 in
       -h | --help) usage; exit 0 ;;
@@ -552,7 +564,11 @@ main() {
         (($# >= 2)) || usage_error "--timeout needs a value (seconds)"
         timeout=$2; shift ;;
       --timeout=*) timeout=${1#*=} ;;
-      *) usage_error "unknown argument '$1' (accepted: up [--nodes N] [--timeout S], down, status, -h)" ;;
+      --slurmd_timeout)
+        (($# >= 2)) || usage_error "--slurmd_timeout needs a value (seconds)"
+        SLURMD_TIMEOUT=$2; shift ;;
+      --slurmd_timeout=*) SLURMD_TIMEOUT=${1#*=} ;;
+      *) usage_error "unknown argument '$1' (accepted: up [--nodes N] [--timeout S] [--slurmd_timeout S], down, status, -h)" ;;
     esac
     shift
   done
@@ -562,6 +578,9 @@ main() {
   fi
   if ! [[ $timeout =~ ^[0-9]+$ ]] || ((timeout < 1)); then
     usage_error "bad --timeout '$timeout' (accepted: whole seconds >= 1)"
+  fi
+  if ! [[ $SLURMD_TIMEOUT =~ ^[0-9]+$ ]] || ((SLURMD_TIMEOUT < 10 || SLURMD_TIMEOUT > 65533)); then
+    usage_error "bad --slurmd_timeout '$SLURMD_TIMEOUT' (accepted: whole seconds 10-65533)"
   fi
   case $command in
     up) cmd_up "$nodes" "$timeout" ;;

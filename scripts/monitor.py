@@ -312,8 +312,43 @@ def cancelled_by_user(records: list[dict]) -> bool:
     return bool(events) and events[-1] == "cancelled"
 
 
+@dataclass(frozen=True)
+class Parked:
+    """A run nothing continues: no job of it in the queue, and not finished, failed or
+    cancelled by its user (docs/design.md: a run across jobs). Launching it again resumes it."""
+
+    job: str  # the job that ended it
+    state: str  # that job's state in accounting
+    resume: str  # the command that resumes the run
+
+    @property
+    def text(self) -> str:
+        return f"PARKED: job {self.job or '?'} ended {self.state or '?'} and nothing continues the run"
+
+
+def parked(run_dir: RunDir, records: list[dict], active: dict[str, str], states: dict[str, str]) -> Optional[Parked]:
+    launches = [r for r in records if r.get("event") == "submit"]
+    if not launches or read_marker(run_dir.read_done) or read_marker(run_dir.read_failed) or cancelled_by_user(records):
+        return None
+    ids = ledger_job_ids(records)
+    if any(job in active for job in ids):
+        return None
+    started = [str(r.get("job_id")) for r in records if r.get("event") == "job_start"]
+    ended = started[-1] if started else str(launches[-1].get("job_id") or "")
+    return Parked(ended, states.get(ended, ""), resume_command(launches[-1]))
+
+
+def resume_command(launch: dict) -> str:
+    """The newest launch's command (its secrets already redacted in the ledger), run again."""
+    argv = launch.get("argv")
+    words = " ".join(shlex.quote(str(word)) for word in argv) if isinstance(argv, list) else "<the same arguments>"
+    secret = " (give the secret --env values shown as *** again)" if "***" in words else ""
+    return f"cd {shlex.quote(str(REPO))} && .venv/bin/python -m hpc.launch {words}{secret}"
+
+
 def run_row(run_dir: RunDir, job: str, state: str, records: list[dict],
-            account: Optional[accounting.RunAccounting] = None, flags: Sequence[Flag] = ()) -> list[object]:
+            account: Optional[accounting.RunAccounting] = None, flags: Sequence[Flag] = (),
+            parked_run: Optional[Parked] = None) -> list[object]:
     progress = read_marker(run_dir.read_progress)
     done, failed = read_marker(run_dir.read_done), read_marker(run_dir.read_failed)
     step, total = progress.get("step"), progress.get("total_steps")
@@ -325,12 +360,15 @@ def run_row(run_dir: RunDir, job: str, state: str, records: list[dict],
         result = f"failed: {failed.get('reason') or '?'}"
     elif cancelled_by_user(records):
         result = "cancelled (launch again to resume)"
+    elif parked_run is not None:
+        result = parked_run.text
     else:
         result = "; ".join(flag.message for flag in flags) or "-"
     step_text = "-" if step is None else f"{step}/{'?' if total is None else total}"
     reward = progress.get("reward_mean")
     reward_text = f"{reward:.3f}" if isinstance(reward, (int, float)) and not isinstance(reward, bool) else "-"
-    eta = "-" if done or failed or result.startswith("cancelled") else duration(progress.get("eta_seconds"))
+    over = done or failed or result.startswith(("cancelled", "PARKED"))
+    eta = "-" if over else duration(progress.get("eta_seconds"))
     return [run_dir.name, job or "-", state or "-", step_text, checkpoint_text(records), reward_text,
             validation_text(run_dir), eta, gpu_hours_text(account), continuations(records), result]
 
@@ -352,9 +390,10 @@ class RunView:
     state: str
     account: accounting.RunAccounting
     flags: list[Flag]
+    parked: Optional[Parked] = None
 
     def row(self) -> list[object]:
-        return run_row(self.run_dir, self.job, self.state, self.records, self.account, self.flags)
+        return run_row(self.run_dir, self.job, self.state, self.records, self.account, self.flags, self.parked)
 
 
 class Chargings:
@@ -393,9 +432,10 @@ def run_views(user: str, runs: list[RunDir]) -> list[RunView]:
         recs = records[run_dir.path]
         job = pick_job(ledger_job_ids(recs), active)
         files = accounting.RunFiles.read(run_dir, recs)
-        account = accounting.account(run_dir.name, files, rows, chargings.of(recs), starts, now)
+        account = accounting.account(run_dir.name, files, rows, chargings.of(recs), starts, now, settings)
         flags = run_health(run_dir, files, account, job, states.get(job, ""), settings, now)
-        views.append(RunView(run_dir, recs, job, states.get(job, ""), account, flags))
+        views.append(RunView(run_dir, recs, job, states.get(job, ""), account, flags,
+                             parked(run_dir, recs, active, states)))
     return views
 
 
@@ -425,6 +465,7 @@ def runs_view(user: str, runs_dir: Path, only: str) -> None:
         for view in group:
             print(("  " if sweep else "") + row_of[id(view)])
     print_goodput(views)
+    print_parked(views)
     for view in views:
         if view.state == "RUNNING":
             print_service(view.run_dir)
@@ -448,6 +489,8 @@ def sweep_summary(group: list[RunView]) -> str:
             word = "finished"
         elif read_marker(view.run_dir.read_failed):
             word = "failed"
+        elif view.parked is not None:
+            word = "parked"
         else:
             word = view.state or "no job"
         counts[word] = counts.get(word, 0) + 1
@@ -461,6 +504,15 @@ def print_goodput(views: list[RunView]) -> None:
         print("\nGPU-hours (python -m hpc.accounting RUN for the breakdown):")
     for line in lines:
         print(f"  {printable(line)}")
+
+
+def print_parked(views: list[RunView]) -> None:
+    """Under the table, how to resume each parked run."""
+    parked_views = [v for v in views if v.parked is not None]
+    if parked_views:
+        print("\nParked runs (no job queued, not finished, failed or cancelled): launch again to resume")
+    for view in parked_views:
+        print(f"  {printable(view.run_dir.name)}: {printable(view.parked.resume)}")
 
 
 def print_service(run_dir: RunDir) -> None:
@@ -608,15 +660,24 @@ class LogFinder:
         self.runs_dir = runs_dir
         self.ledger_logs: dict[str, Paths] = {}
         self.run_of: dict[str, RunDir] = {}
+        successors: set[str] = set()
+        started: set[str] = set()
         for run_dir in run_dirs(runs_dir):
             for record in ledger(run_dir):
                 job = str(record.get("job_id") or "")
                 if not job:
                     continue
+                if record.get("event") == "successor":
+                    successors.add(job)
+                elif record.get("event") == "job_start":
+                    started.add(job)
                 self.run_of.setdefault(job, run_dir)
                 if record.get("log_out"):
                     self.ledger_logs[job] = (str(record["log_out"]), str(record.get("log_err") or ""))
         self.scontrol_calls = 0
+        # Successors (hpc/successor.py) that never started: a run withdraws its waiting successor when
+        # it stops (scancel), which is bookkeeping, not a job anybody cancelled.
+        self.withdrawn = successors - started
 
     def find(self, job: dict) -> Paths:
         for source in (self.from_scontrol, self.from_ledger, self.from_submit_line):
@@ -708,12 +769,16 @@ def shown(path: str) -> str:
 
 def ended_view(label: str, states: str, start: str, user: str, runs_dir: Path, prefix: str,
                tail_lines: int) -> None:
-    jobs = [j for j in ended_jobs(states, start, user) if j["JobName"].startswith(prefix)]
+    finder = LogFinder(runs_dir)
+    named = [j for j in ended_jobs(states, start, user) if j["JobName"].startswith(prefix)]
+    jobs = [j for j in named if not (j["State"] == "CANCELLED" and j["JobID"] in finder.withdrawn)]
     which = f" named {prefix}*" if prefix else ""
     print(f"{label.capitalize()} jobs of {user}{which} since {start} (runs dir: {runs_dir}): {len(jobs)}")
+    if len(named) > len(jobs):
+        print(f"  (not listed: {len(named) - len(jobs)} successor job(s) that their runs withdrew, unstarted, "
+              "when the runs stopped)")
     if not jobs:
         return
-    finder = LogFinder(runs_dir)
     header, *rows = table(["JOBID", "STATE", "EXIT", "ELAPSED", "END", "NAME"],
                           [[j["JobID"], j["State"], j["ExitCode"], j["Elapsed"], j["End"], j["JobName"]]
                            for j in jobs])

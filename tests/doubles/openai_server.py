@@ -19,6 +19,12 @@ names the models; a dict script's keys by default), for readiness checks.
 With ``api_key``, a request without ``Authorization: Bearer <api_key>`` gets 401,
 as OpenAI's API and ``vllm serve --api-key`` answer (preflight's bad-key test).
 
+Leaving the ``with`` block ends everything the server started: its kept-alive connections
+are shut down, a reply held by ``Reply.delay`` is cut short, and the script is never called
+again, so nothing of a test (a stop request the script makes, a trainer's client still
+sending) outlives it: a handler thread on a kept-alive connection used to serve a late
+request at interpreter exit, printing after pytest's summary.
+
     with OpenAIServer([tool_call("search_emails", {"keywords": ["x"]}), text("done")]) as server:
         client = AsyncOpenAI(base_url=server.base_url, api_key="test")
 """
@@ -27,6 +33,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -113,9 +121,47 @@ class _State:
 
 class _Server(ThreadingHTTPServer):
     """A listen backlog for many clients at once (the default 5 drops connects, which then
-    wait a second for a SYN retry: a latency no model server has)."""
+    wait a second for a SYN retry: a latency no model server has), and every connection
+    known, so that closing the server ends them all."""
 
     request_queue_size = 256
+    daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.closing = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self, timeout: float = 5.0) -> None:
+        """Refuse further requests, shut every open connection down and wait for their handlers."""
+        self.closing.set()
+        with self._connections_lock:
+            open_now = list(self._connections)
+        for connection in open_now:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        deadline = time.monotonic() + timeout
+        while self._connections and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (a cancelled request, a closed server) is no error to print."""
+        if self.closing.is_set() or isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class OpenAIServer:
@@ -125,7 +171,6 @@ class OpenAIServer:
         self._state = _State(script=script, served=served or (tuple(script) if isinstance(script, dict) else ()),
                              api_key=api_key)
         self._httpd = _Server(("127.0.0.1", port), _handler_for(self._state))
-        self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="openai-double", daemon=True
         )
@@ -159,6 +204,7 @@ class OpenAIServer:
     def stop(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+        self._httpd.close_connections()
         self._thread.join(timeout=5)
 
     def __enter__(self) -> "OpenAIServer":
@@ -191,6 +237,9 @@ def _handler_for(state: _State) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
+            if self.server.closing.is_set():  # the test is over: the script is not called again
+                self.close_connection = True
+                return self._send(503, {"error": {"message": "server closed", "type": "closed"}})
             if not self._authorized():
                 return self._unauthorized()
             if self.path.split("?")[0] not in CHAT_PATHS:
@@ -208,7 +257,7 @@ def _handler_for(state: _State) -> type[BaseHTTPRequestHandler]:
                 completion_id = next(state.ids)
             try:
                 if reply.delay:
-                    time.sleep(reply.delay)
+                    self.server.closing.wait(reply.delay)  # cut short when the server closes
                 if reply.status != 200:
                     error = {"error": {"message": reply.error, "type": "scripted", "code": reply.status}}
                     return self._send(reply.status, error)

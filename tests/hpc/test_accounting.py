@@ -14,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 from hpc import accounting
 from hpc.accounting import Charging, RunFiles, SacctRow, account
+from hpc.health import HealthSettings
 from hpc.rundir import RunDir
 
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=timezone.utc)
@@ -207,6 +208,22 @@ def test_goodput_is_training_time_over_allocated_time_and_lost_gpu_hours_say_whe
     assert acc.lost_rollout_seconds == 42.0
 
 
+def test_a_running_jobs_time_since_its_last_step_is_lost_as_stalled_once_the_run_is_flagged_stalled(fake):
+    files, _ = requeued_run(fake)
+    soon = account("r", files, [row("11", "REQUEUED", 1, 60, 401), row("11", "RUNNING", 401, 438, None, now=700)],
+                   GRES, now=t(700))  # 120 s since step 4 ended: within 3x its usual ~80 s step
+    assert (soon.jobs[-1].segments[-1].kind, soon.lost_gpu_hours("stalled")) == ("in_flight", 0)
+    rows = [row("11", "REQUEUED", 1, 60, 401), row("11", "RUNNING", 401, 438, None, now=880)]
+    late = account("r", files, rows, GRES, now=t(880))  # 300 s: the run is flagged STALLED
+    assert [(s.kind, s.seconds) for s in late.jobs[-1].segments][-1] == ("stalled", 300)
+    assert late.lost_gpu_hours("stalled") == pytest.approx(300 * 2 / 3600)
+    assert late.goodput == pytest.approx(330 / (341 + 442))  # counted as allocated, and lost
+    assert "stalled 0.167" in accounting.summary_line(late)
+    assert late.gpu_hours_per_step == soon.gpu_hours_per_step  # a stall is a fault, not what steps cost
+    patient = account("r", files, rows, GRES, now=t(880), health=HealthSettings(min_stall_seconds=400))
+    assert patient.jobs[-1].segments[-1].kind == "in_flight"
+
+
 def test_gpu_hours_per_step_and_the_projection_to_finish_use_the_recent_all_in_cost(fake):
     files, rows = requeued_run(fake)
     acc = account("r", files, rows, GRES, now=t(638))
@@ -257,6 +274,22 @@ def test_a_pending_job_is_queued_until_now_and_charged_nothing(fake):
     acc = account("r", fake.files(), [row("6", "PENDING", 0, None, None)], GRES, now=t(300))
     assert [(s.kind, s.seconds) for s in acc.jobs[0].segments] == [("queued", 300)]
     assert acc.gpu_hours == 0 and acc.goodput is None
+
+
+def test_a_successor_queued_hours_before_it_ran_is_the_runs_and_one_cancelled_while_waiting_costs_nothing(fake):
+    """hpc/successor.py: job 12 is queued when job 11 starts, 12 hours before the resubmit
+    that names it; job 13, queued when 12 started, is cancelled when the run finishes."""
+    fake.event(0, "submit", job_id="11", cluster="local").event(60, "job_start", job_id="11", step=0)
+    fake.event(61, "successor", job_id="12", after="11").step(1, "11", 100, 43000)
+    fake.event(43200, "job_end", job_id="11", outcome="stopped_for_time")
+    fake.event(43200, "resubmit", job_id="12", after="11", by="successor")
+    fake.event(43205, "job_start", job_id="12", step=1).event(43206, "successor", job_id="13", after="12")
+    fake.step(2, "12", 43210, 43300).event(43301, "job_end", job_id="12", outcome="finished")
+    rows = [row("11", "COMPLETED", 0, 60, 43200), row("12", "COMPLETED", 61, 43205, 43302),
+            row("13", "CANCELLED", 43206, None, 43302)]
+    acc = account("r", fake.files(), rows, GRES, now=t(43400))
+    assert [j.job_id for j in acc.jobs] == ["11", "12"]
+    assert acc.jobs[1].seconds("queued") == 5  # from its predecessor's end, not from its submission
 
 
 def test_rows_of_an_older_job_that_had_the_same_id_are_not_the_runs(fake):

@@ -58,7 +58,8 @@ def wait_until(predicate: Callable[[], object], timeout: float, what: str, every
 
 
 def job_ids(run: RunDir) -> list[str]:
-    return accounting.run_job_ids(run.read_ledger())
+    """The jobs that ran the run (a successor cancelled while it waited never did)."""
+    return list(dict.fromkeys(str(r["job_id"]) for r in run.read_ledger() if r["event"] == "job_start"))
 
 
 def sacct_rows(ids: list[str]) -> list[tuple[str, int, str, str]]:
@@ -108,7 +109,7 @@ def runs(slurm, tmp_path_factory):
         try:
             yield {"dirs": dirs, "hook": hook, "runs_dir": runs_dir}
         finally:
-            cancel([job for run in dirs.values() for job in job_ids(run)])
+            cancel([job for run in dirs.values() for job in accounting.run_job_ids(run.read_ledger())])
 
 
 @pytest.fixture(scope="module")

@@ -61,9 +61,13 @@ class FakeSlurm(list):
     show = "JobId=100 JobName=r JobState=RUNNING Reason=None Requeue=1 Restarts=0 BatchFlag=1"
     sacct = "RUNNING\n"
 
+    queue: dict[str, str] = {}  # squeue: job id -> state (hpc/successor.py asks)
+
     def run(self, cmd, **kwargs):
         if cmd[:2] == ["scontrol", "show"]:
             return subprocess.CompletedProcess(cmd, 0, self.show, "")
+        if cmd[0] == "squeue":
+            return subprocess.CompletedProcess(cmd, 0, self.queue.get(cmd[-1], "") + "\n", "")
         if cmd[0] == "sacct":
             return subprocess.CompletedProcess(cmd, 0, self.sacct, "")
         self.append(list(cmd))
@@ -255,7 +259,7 @@ def test_begin_has_nothing_to_do_for_a_finished_or_failed_run(run, model, marker
     assert ("finished at step 628" if marker == "done" else "marked failed (broken)") in out
 
 
-def test_begin_closes_a_job_lost_without_its_end_hook(run, model):
+def test_begin_closes_a_job_lost_without_its_end_hook(run, model, slurm_calls):
     save(model, 4)
     run.append_ledger("job_start", job_id="7", step=2, restart_count=0)
     cont.begin(run, model, "8", 0)
@@ -264,17 +268,158 @@ def test_begin_closes_a_job_lost_without_its_end_hook(run, model):
     assert new["event"] == "job_start" and new["job_id"] == "8" and new["step"] == 4
 
 
-def test_begin_of_a_job_slurm_requeued_after_losing_it_records_the_requeue(run, model):
+def test_begin_of_a_job_slurm_requeued_after_losing_it_records_the_requeue(run, model, slurm_calls):
     save(model, 4)
     run.append_ledger("job_start", job_id="8", step=2, restart_count=0)
+    slurm_calls.sacct = "NODE_FAIL\nRUNNING\n"  # sacct -D: the lost run, then this one
     cont.begin(run, model, "8", 1)
     assert [(r["event"], r.get("by")) for r in run.read_ledger()[1:]] == [
         ("job_end", None), ("requeue", "slurm"), ("job_start", None)]
+    assert run.read_ledger()[1]["slurm_state"] == "NODE_FAIL"
     assert run.read_ledger()[-1]["restart_count"] == 1
     assert cont.failures_without_progress(run.read_ledger()) == 0  # it had advanced from 2 to 4
 
 
 # -- end --------------------------------------------------------------------------------------
+
+
+# -- the successor queued at the start (hpc/successor.py) --------------------------------------
+
+SCRIPT = Path("/runs/r/scripts/s.sbatch")
+
+
+def test_begin_queues_its_successor_afterany_on_itself(run, model, slurm_calls):
+    slurm_calls.queue = {"100": "RUNNING"}
+    assert cont.begin(run, model, "100", 0, SCRIPT) == 0
+    assert slurm_calls == [["sbatch", "--parsable", "--dependency=afterany:100", str(SCRIPT)]]
+    assert [(r["event"], r["job_id"], r.get("after")) for r in run.read_ledger()] == [
+        ("job_start", "100", None), ("successor", "501", "100")]
+
+
+def test_a_requeued_job_keeps_the_successor_that_still_waits_on_it(run, model, slurm_calls):
+    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
+    run.append_ledger("successor", job_id="501", after="100")
+    slurm_calls.queue = {"501": "PENDING"}
+    cont.begin(run, model, "100", 1, SCRIPT)
+    assert not [c for c in slurm_calls if c[0] == "sbatch"]
+    assert events(run)[-3:] == ["job_end", "requeue", "job_start"]
+
+
+@pytest.mark.parametrize("state", ["TIMEOUT", "FAILED", "NODE_FAIL"])
+def test_a_successor_records_a_predecessor_lost_without_its_end_hook_with_its_state_and_resumes(
+        run, model, slurm_calls, state):
+    save(model, 4)
+    run.append_ledger("submit", job_id="100")
+    run.append_ledger("job_start", job_id="100", step=2, restart_count=0)
+    run.append_ledger("successor", job_id="501", after="100")
+    slurm_calls.sacct, slurm_calls.queue = f"{state}\n", {"501": "RUNNING"}
+    assert cont.begin(run, model, "501", 0, SCRIPT) == 0
+    lost, resubmit, start, succ = run.read_ledger()[3:]
+    assert (lost["event"], lost["job_id"], lost["slurm_state"], lost["step"]) == ("job_end", "100", state, 4)
+    assert (resubmit["event"], resubmit["job_id"], resubmit["after"], resubmit["by"]) == (
+        "resubmit", "501", "100", "successor")
+    assert (start["event"], start["step"], succ["event"], succ["after"]) == ("job_start", 4, "successor", "501")
+
+
+def test_a_job_script_run_outside_slurm_queues_no_successor(run, model, slurm_calls):
+    """SLURM_JOB_ID set by hand (a test runs the job script with bash): sbatch would accept a
+    dependency on that unknown id and run the script for real, so nothing is submitted."""
+    assert cont.begin(run, model, "4242", 0, SCRIPT) == 0
+    assert not [c for c in slurm_calls if c[0] == "sbatch"] and events(run) == ["job_start"]
+
+
+def test_a_successor_of_a_job_its_user_cancelled_stops_the_run(run, model, slurm_calls):
+    run.append_ledger("submit", job_id="100")
+    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
+    run.append_ledger("successor", job_id="501", after="100")
+    slurm_calls.sacct = "CANCELLED by 0\n"
+    assert cont.begin(run, model, "501", 0, SCRIPT) == cont.EXIT_NOTHING_TO_DO
+    assert events(run)[-2:] == ["job_end", "cancelled"] and not slurm_calls
+
+
+def test_successors_of_jobs_killed_without_progress_give_up_at_max_failures(run, model, slurm_calls):
+    run.append_ledger("submit", job_id="100")
+    slurm_calls.sacct = "FAILED\n"
+    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)  # killed (OOM) at step 0
+    run.append_ledger("job_end", job_id="100", exit_code=None, step=0, outcome="failed")  # closed by 501
+    run.append_ledger("job_start", job_id="501", step=0, restart_count=0)  # killed the same way
+    run.append_ledger("successor", job_id="502", after="501")
+    limits = cont.Limits(max_resubmits=20, max_failures=2)
+    assert cont.begin(run, model, "502", 0, SCRIPT, limits) == cont.EXIT_NOTHING_TO_DO
+    assert "2 failed job(s) in a row without progress" in run.read_failed()["reason"]
+    assert not [c for c in slurm_calls if c[0] == "sbatch"]
+
+
+def test_a_successor_exits_at_once_while_its_requeued_predecessor_is_back_in_the_queue(run, model, slurm_calls):
+    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
+    run.append_ledger("successor", job_id="501", after="100")
+    slurm_calls.queue = {"100": "PENDING"}
+    before = run.read_ledger()
+    assert cont.begin(run, model, "501", 0, SCRIPT) == cont.EXIT_NOTHING_TO_DO
+    assert run.read_ledger() == before and not slurm_calls
+
+
+def test_a_job_requeued_after_its_successor_began_leaves_the_run_to_it(run, model, slurm_calls):
+    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
+    run.append_ledger("job_end", job_id="100", exit_code=None, step=3, outcome="failed")
+    run.append_ledger("job_start", job_id="501", step=3, restart_count=0)
+    slurm_calls.queue = {"501": "RUNNING"}
+    before = run.read_ledger()
+    assert cont.begin(run, model, "100", 1, SCRIPT) == cont.EXIT_NOTHING_TO_DO
+    assert run.read_ledger() == before and not slurm_calls
+
+
+@pytest.mark.parametrize("marker", ["done", "failed", "cancelled"])
+def test_the_successor_of_a_finished_failed_or_cancelled_run_exits_at_once_writing_nothing(
+        run, model, slurm_calls, marker):
+    run.append_ledger("submit", job_id="100")
+    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
+    run.append_ledger("successor", job_id="501", after="100")
+    if marker == "done":
+        run.mark_done(3)
+    elif marker == "failed":
+        run.mark_failed("broken")
+    else:
+        run.append_ledger("job_end", job_id="100", exit_code=75, step=2, outcome="stopped_for_time")
+        run.append_ledger("cancelled", job_id="100")
+    before = run.read_ledger()
+    assert cont.begin(run, model, "501", 0, SCRIPT) == cont.EXIT_NOTHING_TO_DO
+    assert run.read_ledger() == before and not slurm_calls
+
+
+def test_a_launch_after_a_cancel_resumes(run, model, slurm_calls):
+    run.append_ledger("cancelled", job_id="100")
+    run.append_ledger("submit", job_id="200")
+    assert cont.begin(run, model, "200", 0) == 0
+
+
+def test_end_continues_through_the_waiting_successor_and_submits_nothing(run, model, slurm_calls):
+    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
+    run.append_ledger("successor", job_id="501", after="100")
+    slurm_calls.queue = {"501": "PENDING"}
+    assert cont.end(end_args(run, model, 75)).action == cont.RESUBMIT
+    assert slurm_calls == []
+    last = run.read_ledger()[-1]
+    assert (last["event"], last["job_id"], last["after"], last["by"]) == ("resubmit", "501", "100", "successor")
+
+
+def test_end_in_requeue_mode_requeues_and_leaves_the_successor_waiting_on_the_same_id(run, model, slurm_calls):
+    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
+    run.append_ledger("successor", job_id="501", after="100")
+    slurm_calls.queue = {"501": "PENDING"}
+    cont.end(end_args(run, model, 75, mode="requeue"))
+    assert slurm_calls == [["scontrol", "requeue", "100"]]
+    assert events(run)[-1] == "requeue"
+
+
+@pytest.mark.parametrize("rc,sacct,last", [(0, "RUNNING\n", "done"), (75, "CANCELLED by 0\n", "cancelled")])
+def test_end_of_a_finished_or_cancelled_run_cancels_the_waiting_successor(run, model, slurm_calls, rc, sacct, last):
+    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
+    run.append_ledger("successor", job_id="501", after="100")
+    slurm_calls.queue, slurm_calls.sacct = {"501": "PENDING"}, sacct
+    cont.end(end_args(run, model, rc))
+    assert slurm_calls == [["scancel", "501"]]
+    assert events(run)[-1] == last
 
 
 def test_end_after_stopping_for_time_resubmits_with_afterany(run, model, slurm_calls):

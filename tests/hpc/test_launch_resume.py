@@ -56,7 +56,7 @@ def sbatch(monkeypatch) -> list[str | None]:
 
 def args(runs: Path, art: Path, *extra: str) -> list[str]:
     return ["--cluster", "local", "--job_name", "r1", "--time_limit", "30", "--runs_dir", str(runs),
-            "--env", f"ART_PATH={art}", *extra]
+            "--env", f"ART_PATH={art}", "--no_preflight", *extra]  # the preflight gate: tests/hpc/test_queue_preflight.py
 
 
 def main(capsys, *argv: str) -> tuple[int, str, str]:

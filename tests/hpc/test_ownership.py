@@ -23,7 +23,7 @@ def art(tmp_path: Path) -> Path:
 
 def launch_args(runs: Path, art: Path, name: str, *extra: str) -> list[str]:
     return ["--cluster", "local", "--job_name", name, "--time_limit", "30", "--runs_dir", str(runs),
-            "--env", f"ART_PATH={art}", *extra]
+            "--env", f"ART_PATH={art}", "--no_preflight", *extra]  # the preflight gate: test_queue_preflight.py
 
 
 def model_of(art: Path, name: str) -> Path:

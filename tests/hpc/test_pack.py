@@ -110,3 +110,52 @@ def test_a_run_of_a_pack_records_its_end_but_leaves_continuing_to_the_pack(tmp_p
                                      packed=True))
     assert decision.action == cont.REQUEUE
     assert [r["event"] for r in run.read_ledger()] == ["submit", "job_start", "job_end"]
+
+
+# -- the pack's successor, queued when the pack job starts (hpc/successor.py) -------------------
+
+
+@pytest.fixture
+def queue(monkeypatch, slurm_calls):
+    """squeue as the pack sees it (job id -> state), and the scancels it makes."""
+    states: dict[str, str] = {}
+    monkeypatch.setattr(pack.successor, "queue_state", lambda job: states.get(job))
+    monkeypatch.setattr(pack.successor, "cancel", lambda run, job: slurm_calls.append(("cancel", job)))
+    monkeypatch.setattr(pack.successor, "ensure", lambda runs, job, script, options=(): slurm_calls.append(
+        ("successor", job, tuple(r.name for r in runs))) or "98")
+    return states
+
+
+def test_begin_queues_one_successor_for_the_runs_with_work(tmp_path, slurm_calls, queue):
+    a, done = member(tmp_path, "a"), member(tmp_path, "done", done=True)
+    assert pack.begin([a, done], "7", Path("pack.sbatch")) == 0
+    assert slurm_calls == [("successor", "7", ("a",))]
+
+
+def test_a_successor_pack_exits_while_its_requeued_predecessor_is_back_in_the_queue(tmp_path, slurm_calls, queue):
+    a = member(tmp_path, "a")
+    a.run.append_ledger("successor", job_id="8", after="7")
+    queue["7"] = "PENDING"
+    assert pack.begin([a], "8", Path("pack.sbatch")) == cont.EXIT_NOTHING_TO_DO
+    assert slurm_calls == []
+
+
+def test_the_pack_continues_through_its_waiting_successor(tmp_path, slurm_calls, queue):
+    a, b = member(tmp_path, "a"), member(tmp_path, "b")
+    for m in (a, b):
+        ran(m, "7", "stopped_for_time", 3)
+        m.run.append_ledger("successor", job_id="8", after="7")
+    queue["8"] = "PENDING"
+    pack.end([a, b], "7", settings("afterany"), 0)
+    assert slurm_calls == []
+    assert [(r["job_id"], r["by"]) for m in (a, b) for r in m.run.read_ledger() if r["event"] == "resubmit"] == [
+        ("8", "successor"), ("8", "successor")]
+
+
+def test_a_pack_whose_runs_all_stop_cancels_its_successor(tmp_path, slurm_calls, queue):
+    a = member(tmp_path, "a", done=True)
+    ran(a, "7", "finished", 5)
+    a.run.append_ledger("successor", job_id="8", after="7")
+    queue["8"] = "PENDING"
+    assert pack.end([a], "7", settings("afterany"), 0) == []
+    assert slurm_calls == [("cancel", "7")]

@@ -262,7 +262,8 @@ def test_two_node_job_told_to_stop_continues_in_a_new_job_that_forms_the_cluster
         assert run.read_done() is not None
         text = logs(run.path, first)
         assert "SIGUSR1" in text and "ray_probe: told to stop: exiting 75" in text
-        assert text.index("[continuation] submitted job") < text.index("[ray] stopping the Ray cluster")
+        continued = re.search(rf"\[continuation\] job {second}, queued when this job started, continues the run", text)
+        assert continued and continued.start() < text.index("[ray] stopping the Ray cluster")  # hpc/successor.py
         for job_id in jobs:
             assert "[ray] 2 of 2 nodes joined" in logs(run.path, job_id)
             assert_no_ray_left(job_id)

@@ -136,3 +136,37 @@ def test_the_readme_shows_the_reports_pictures() -> None:
 def test_a_directory_that_is_no_run_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
     assert report_main([str(tmp_path)]) == 2
     assert "is not a run directory" in capsys.readouterr().err
+
+
+def test_python_m_hpc_report_writes_the_sections_other_modules_register(tmp_path: Path) -> None:
+    """As a user runs it: ``python -m hpc.report RUN`` (hpc/report.py as __main__) writes the
+    Accounting section hpc/accounting_report.py registers (it says why it has no figures here)."""
+    import subprocess
+    import sys
+
+    run = RunDir(tmp_path / "r")
+    run.append_ledger("submit", job_id="5", cluster="local")
+    result = subprocess.run([sys.executable, "-m", "hpc.report", str(run.path)], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "## Accounting" in (run.report_dir / "report.md").read_text()
+
+
+def test_a_run_without_rewards_or_evaluations_gets_no_empty_pictures(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "r")
+    run.append_ledger("submit", job_id="5", cluster="local")
+    run.append_step({"step": 1, "seconds": 2.0})  # a step without reward_mean
+    assert report_main([str(run.path)]) == 0
+    markdown = (run.report_dir / "report.md").read_text()
+    assert "None" not in markdown and "No training step with a reward recorded yet." in markdown
+    assert "No model evaluated on this run's questions yet" in markdown
+    assert not (run.report_dir / "training.png").exists() and not (run.report_dir / "models.png").exists()
+
+
+def test_a_run_with_rewards_but_no_validation_draws_the_reward_panel_alone(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "r")
+    for step in (1, 2, 3):
+        run.append_step({"step": step, "reward_mean": 0.1 * step})
+    assert report_main([str(run.path)]) == 0
+    size, colors = pixels(run.report_dir / "training.png")
+    assert size == (FIG_SIZE[0] * DPI, FIG_SIZE[1] * DPI) and BLUE in colors and GREEN not in colors

@@ -18,7 +18,7 @@ AuthInfo cred_expire (120 s by default) plus up to a minute until the next
 scheduling pass.
 
 All scenarios are launched together when the module starts, each followed by
-its own thread (some act mid-run: kill -9, scancel, a simulated node loss), so
+its own thread (some act mid-run: kill -9, scancel, a whole-job kill), so
 the module takes as long as its slowest scenario, requeue (7-9 min with the
 default hold; a smaller cred_expire shortens it). Each job uses 1 CPU and no GPU.
 """
@@ -41,6 +41,7 @@ import pytest
 from hpc.rundir import RunDir
 from tests.doubles.step_trainer import TrainedStep as Step
 from tests.doubles.step_trainer import read_steps as steps_log
+from tests.doubles import slurm_faults
 from tests.scripts.slurm_util import wait_final
 
 pytestmark = pytest.mark.slurm
@@ -176,20 +177,18 @@ def preempt(s: Scenario) -> None:
     subprocess.run(["scancel", "--signal=TERM", job], check=True, timeout=30)
 
 
-def lose_node(s: Scenario) -> None:
-    """What a lost node does to a run: every process of the job dies at once (kill -9
-    of the batch shell and the trainer, so no end hook runs), then Slurm requeues
-    the job (it was submitted with --requeue)."""
+def kill_whole_job(s: Scenario) -> None:
+    """What a cgroup OOM kill of the whole job (or a node's processes lost) does to a run: every
+    process of the job dies at once (tests/doubles/slurm_faults.py), so no end hook runs and
+    sacct says FAILED. The job's successor, queued when it started, continues the run. Then
+    an administrator requeues the dead job: it finds its successor running the run and leaves it."""
     wait_until(lambda: saved_steps(s.run) >= 2, 120, "two saved steps")
     (job,) = job_ids(s.run)
-    trainer = int((s.run.path / "trainer.pid").read_text())
-    shell = int(Path(f"/proc/{trainer}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    assert "slurm_script" in Path(f"/proc/{shell}/cmdline").read_text(), "the trainer's parent is not the batch shell"
-    for pid in (shell, trainer):
-        os.kill(pid, signal.SIGKILL)
+    assert slurm_faults.kill_job_processes(job) > 0
     s.notes["job"] = job
     wait_until(lambda: queue_states([job]).get(job) not in ("RUNNING", "COMPLETING", "CONFIGURING"), 60,
                f"job {job} to end")
+    wait_until(lambda: len(events(s.run, "job_start")) >= 2, 60, "the successor to start")
     wait_until(lambda: subprocess.run(["scontrol", "requeue", job], capture_output=True, timeout=30).returncode == 0,
                30, f"scontrol requeue {job}", every=2)
 
@@ -222,8 +221,8 @@ SCENARIOS = {
     "chain": Scenario("rs_chain", ("--chain", "7", "--signal_grace", "10", "--train_arg", "steps=55"), timeout=480),
     "requeue": Scenario("rs_requeue", ("--continuation", "requeue", "--signal_grace", "30",
                                        "--train_arg", "steps=33"), timeout=900),
-    "node": Scenario("rs_node_lost", ("--continuation", "afterany", "--time_limit", "3", "--signal_grace", "30",
-                                      "--train_arg", "steps=8"), during=lose_node, timeout=420),
+    "killed": Scenario("rs_killed", ("--continuation", "afterany", "--time_limit", "3", "--signal_grace", "30",
+                                     "--train_arg", "steps=8"), during=kill_whole_job, timeout=420),
 }
 
 
@@ -370,19 +369,27 @@ def test_requeue_mode_carries_a_run_across_at_least_3_jobs_each_step_once(scenar
     assert states.count("REQUEUED") == len(restarts) - 1 and states[-1] == "COMPLETED", states
 
 
-def test_a_lost_node_requeued_by_slurm_resumes_from_the_last_complete_checkpoint(scenarios):
-    s = scenarios["node"]
+def test_a_job_killed_without_its_end_hook_is_continued_by_its_successor_and_a_requeue_trains_nothing_twice(
+        scenarios):
+    s = scenarios["killed"]
     run = s.result()
+    job = s.notes["job"]
     steps = assert_each_step_trained_once(run, 8)
-    assert {st.job for st in steps} == {s.notes["job"]} and {st.restart for st in steps} == {0, 1}
     lost, *_ = events(run, "job_end")
-    assert lost["outcome"] == "failed" and lost["exit_code"] is None and "without its end hook" in lost["note"]
+    assert (lost["job_id"], lost["outcome"], lost["exit_code"], lost["slurm_state"]) == (job, "failed", None, "FAILED")
+    assert "without its end hook" in lost["note"]
+    (successor,) = [r["job_id"] for r in events(run, "successor") if r["after"] == job]
+    resubmit = events(run, "resubmit")[0]
+    assert (resubmit["job_id"], resubmit["after"], resubmit["by"]) == (successor, job, "successor")
     first, second = events(run, "job_start")[:2]
-    assert (second["restart_count"], second["step"]) == (1, lost["step"]) and lost["step"] > first["step"]
-    assert [(r["job_id"], r["by"]) for r in events(run, "requeue")] == [(s.notes["job"], "slurm")]
-    assert not events(run, "resubmit") and len(events(run, "done")) == 1
-    resumed_from = min(st.step for st in steps if st.restart == 1) - 1
-    assert resumed_from == lost["step"]
+    assert (second["job_id"], second["step"]) == (successor, lost["step"]) and lost["step"] > first["step"]
+    assert {st.job for st in steps} == {job, successor} and {st.restart for st in steps} == {0}
+    assert min(st.step for st in steps if st.job == successor) - 1 == lost["step"]
+    # The administrator's requeue ran the dead job again: it found the run finished, or its successor
+    # running it, and left it alone.
+    assert len(events(run, "job_start")) == 2 and "(restart 1)" in run.log_paths(job)[0].read_text()
+    assert re.search(r"(finished at step 8|is running this run).*nothing to do", run.log_paths(job)[0].read_text())
+    assert len(events(run, "done")) == 1 and not run.failed_file.exists()
 
 
 def test_scancel_stops_the_run_and_a_new_launch_resumes_it(scenarios):

@@ -245,6 +245,32 @@ def test_status_lists_the_queue_and_one_line_per_run(tmp_path):
         in missing.stderr
 
 
+def test_status_names_a_parked_run_with_the_job_that_ended_it_and_the_command_that_resumes_it(tmp_path):
+    """r-parked: its job 13 ended TIMEOUT without its end hook (its node lost at the time limit) and
+    no job of it is queued: not finished, failed or cancelled, so nothing continues it."""
+    runs = tmp_path / "runs"
+    run = _progress_run(runs, "r-parked", "13", step=5, total_steps=25, eta_seconds=600)
+    run.ledger.write_text(run.ledger.read_text().replace('"job_id": "13"', '"job_id": "13", "argv": '
+                                                         '["--job_name", "r-parked", "--time_limit", "2"]'))
+    run.append_ledger("job_start", job_id="13", step=0, restart_count=0)
+    run.append_ledger("successor", job_id="14", after="13")  # cancelled by an administrator, say
+    waiting = _progress_run(runs, "r-waiting", "20", step=5, total_steps=25)
+    waiting.append_ledger("job_start", job_id="20", step=0, restart_count=0)
+    waiting.append_ledger("successor", job_id="21", after="20")
+    jobs = [{"i": "21", "T": "PENDING", "r": "Dependency", "M": "0:00", "l": "2:00", "D": "1", "N": "",
+             "j": "r-waiting"}]
+    env = fake_slurm(tmp_path / "fake", jobs=jobs, states={"13": "TIMEOUT", "14": "CANCELLED", "20": "FAILED"})
+
+    result = run_script("status.sh", "--runs_dir", str(runs), env=env)
+    assert result.returncode == 0, result.stderr
+    table = result.stdout.split("\n\n", 1)[1]
+    row = _row(table, "r-parked")
+    assert row[-1] == "PARKED: job 13 ended TIMEOUT and nothing continues the run" and row[7] == "-"  # no ETA
+    assert _row(table, "r-waiting")[-1] == "-"  # its successor waits in the queue: it continues
+    assert ("Parked runs (no job queued, not finished, failed or cancelled): launch again to resume\n"
+            f"  r-parked: cd {REPO} && .venv/bin/python -m hpc.launch --job_name r-parked --time_limit 2") in table
+
+
 def _sacct_time(seconds_ago: float) -> str:
     """A time as sacct prints it: local, without a zone."""
     return (datetime.now() - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%S")
@@ -288,13 +314,15 @@ def test_status_shows_gpu_hours_goodput_and_health_flags_from_one_sacct_call(tmp
     assert _row(table, "r-ok")[8:] == ["0.167", "0", "finished"]
     assert re.search(r"^GPU-hours \(python -m hpc.accounting RUN for the breakdown\):\n"
                      r"  r-ok: goodput 0\.00, 0\.167 GPU-h charged, 0\.167 lost \(start-up 0\.167\), queued 2\dm\d\ds\n"
-                     r"  r-stuck: goodput 0\.50, 1\.33 GPU-h charged, 0\.333 lost \(start-up 0\.333\), "
+                     r"  r-stuck: goodput 0\.25, 1\.33 GPU-h charged, 1 lost \(start-up 0\.333, stalled 0\.66\d\), "
                      r"queued (59s|1m0\ds), 0\.066\d GPU-h/step, ~2 GPU-h to finish$", table, re.M), table
     sacct_calls = [c for c in calls(tmp_path / "fake") if c[0] == "sacct" and "-j" in c]
     assert len(sacct_calls) == 1 and sacct_calls[0][sacct_calls[0].index("-j") + 1] == "201,202"
 
     patient = run_script("status.sh", "--runs_dir", str(runs), env={**env, "HPC_STALL_MIN": "1500"})
     assert "STALLED" not in patient.stdout and "COLLAPSED" in patient.stdout
+    # Not flagged yet: the 20 minutes since its last step are the step in flight, neither lost nor productive.
+    assert "r-stuck: goodput 0.50, 1.33 GPU-h charged, 0.333 lost (start-up 0.333)" in patient.stdout
     bad = run_script("status.sh", "--runs_dir", str(runs), env={**env, "HPC_COLLAPSE_STEPS": "many"})
     assert bad.returncode == 2
     assert bad.stderr.strip() == ("status.sh: invalid HPC_COLLAPSE_STEPS 'many': accepted a whole number >= 1 "
