@@ -83,16 +83,16 @@ say "Python: $python ($("$python" --version 2>&1))"
 # The jobs' setting of a dotenv variable on this cluster (e.g. ART_VLLM_RUNTIME_CACHE_DIR).
 cluster_setting() {
   "$venv/bin/python" -c 'import sys
-from hpc.clusters import load_registry
-from hpc.jobspec import dotenv_setting
+from hpc.launcher.clusters import load_registry
+from hpc.launcher.jobspec import dotenv_setting
 print(dotenv_setting(sys.argv[1], load_registry().detect().cluster) or "")' "$1"
 }
 
 # Offline (--from-wheelhouse DIR): no index, everything from DIR (made by --wheelhouse on a
 # machine with PyPI). The venvs see this Python's packages (a GPU node's torch and its CUDA
-# stack) and add what the locks need beside them (hpc/wheelhouse.py); the vLLM runtime goes
-# where the jobs look for the PyPI build (hpc/vllm_runtime.py).
-wheelhouse_python() { PYTHONPATH="$repo" "$python" -m hpc.wheelhouse "$@"; }
+# stack) and add what the locks need beside them (hpc/job/wheelhouse.py); the vLLM runtime goes
+# where the jobs look for the PyPI build (hpc/job/vllm_runtime.py).
+wheelhouse_python() { PYTHONPATH="$repo" "$python" -m hpc.job.wheelhouse "$@"; }
 install_from_wheelhouse() {
   local house target bundle
   house="$(cd "$1" && pwd)"
@@ -104,14 +104,14 @@ install_from_wheelhouse() {
   if [[ "$runtime" != yes ]]; then say "--no-runtime: the vLLM runtime is not built"; return 0; fi
   ART_VLLM_RUNTIME_CACHE_DIR=$(cluster_setting ART_VLLM_RUNTIME_CACHE_DIR) || die "cannot work out ART_VLLM_RUNTIME_CACHE_DIR"
   export ART_VLLM_RUNTIME_CACHE_DIR
-  target=$("$venv/bin/python" -m hpc.vllm_runtime pypi-dir)
+  target=$("$venv/bin/python" -m hpc.job.vllm_runtime pypi-dir)
   wheelhouse_python venv "$target/.venv" || die "could not create $target/.venv"
   wheelhouse_python install "$house" --name runtime --python "$target/.venv/bin/python" || die "installing the vLLM runtime failed"
-  bundle=$("$venv/bin/python" -c 'from hpc.vllm_runtime import find_bundle; print(find_bundle().wheel)') \
+  bundle=$("$venv/bin/python" -c 'from hpc.job.vllm_runtime import find_bundle; print(find_bundle().wheel)') \
     || die "ART's runtime bundle is not in $venv"
   "$python" -m pip --python "$target/.venv/bin/python" install --quiet --no-index --no-deps --force-reinstall "$bundle" \
     || die "installing ART's runtime package failed"
-  say "$("$venv/bin/python" -m hpc.vllm_runtime shim "$target/.venv/bin/python")"
+  say "$("$venv/bin/python" -m hpc.job.vllm_runtime shim "$target/.venv/bin/python")"
   say "vLLM runtime: $target/.venv/bin/art-vllm-runtime-server"
 }
 if [[ -n "$from_wheelhouse" ]]; then
@@ -147,7 +147,7 @@ if [[ "$backend" == auto ]]; then
     backend=yes; say "GPU found (nvidia-smi): installing the training backend too"
   else
     install "${extras[@]}"
-    cluster=$("$venv/bin/python" -c 'from hpc.clusters import load_registry; print(load_registry().detect().cluster.name)') \
+    cluster=$("$venv/bin/python" -c 'from hpc.launcher.clusters import load_registry; print(load_registry().detect().cluster.name)') \
       || die "could not detect the cluster (see above)"
     if [[ "$cluster" != local ]]; then
       backend=yes; say "this is $cluster (its jobs run from this .venv): installing the training backend too"
@@ -169,7 +169,7 @@ print(next(re.match(r"torch==([^+;\s]+)", r).group(1) for r in m.requires("openp
 # torchaudio built for it, as ART's vLLM runtime pins them (else a newer torchvision comes along).
 torch_overrides() {
   echo "torch==$1"
-  "$venv/bin/python" -m hpc.vllm_runtime torch-pins | grep -v '^torch=='
+  "$venv/bin/python" -m hpc.job.vllm_runtime torch-pins | grep -v '^torch=='
 }
 
 # ART's [backend] extra pins torch==<X>+cu128, a build only PyTorch's own index serves,
@@ -203,7 +203,7 @@ install_backend() {
 # look: ART_VLLM_RUNTIME_CACHE_DIR of the cluster's dotenv, on the shared filesystem.
 # ART's own build takes torch from PyTorch's index and an x86_64 vLLM wheel from GitHub;
 # elsewhere (aarch64: Vista, JUPITER; or no PyTorch index) the same pinned versions come
-# from PyPI (hpc/vllm_runtime.py), into <cache>/pypi-<arch>, where the trainer finds it.
+# from PyPI (hpc/job/vllm_runtime.py), into <cache>/pypi-<arch>, where the trainer finds it.
 build_runtime() {
   local cache target reqs server
   if [[ -n "${ART_VLLM_RUNTIME_BIN:-}" ]]; then
@@ -216,20 +216,20 @@ build_runtime() {
     server=$(PATH="$venv/bin:$PATH" "$venv/bin/python" -c \
       'from art.vllm_runtime import ensure_vllm_runtime; print(ensure_vllm_runtime())' | tail -n 1) \
       || die "could not build ART's vLLM runtime (see above), or set ART_VLLM_RUNTIME_BIN to a vLLM runtime server"
-    say "$("$venv/bin/python" -m hpc.vllm_runtime shim "$(dirname "$server")/python")"
+    say "$("$venv/bin/python" -m hpc.job.vllm_runtime shim "$(dirname "$server")/python")"
     say "vLLM runtime: $server"
     return 0
   fi
-  target=$("$venv/bin/python" -m hpc.vllm_runtime pypi-dir)
+  target=$("$venv/bin/python" -m hpc.job.vllm_runtime pypi-dir)
   reqs="$target/requirements"
   say "building the vLLM runtime from PyPI in $target ($(uname -m); ART's pinned versions, several GB)"
-  "$venv/bin/python" -m hpc.vllm_runtime requirements "$reqs" >/dev/null || die "cannot read ART's runtime bundle"
+  "$venv/bin/python" -m hpc.job.vllm_runtime requirements "$reqs" >/dev/null || die "cannot read ART's runtime bundle"
   "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' \
     || die "ART's vLLM runtime needs Python 3.12 exactly; $python is $("$python" --version 2>&1) (set PYTHON)"
   "$venv/bin/uv" venv --quiet --allow-existing -p "$python" "$target/.venv" || die "could not create $target/.venv"
   "$venv/bin/uv" pip install --quiet -p "$target/.venv/bin/python" --override "$reqs/overrides.txt" \
     -r "$reqs/requirements.txt" || die "could not install the vLLM runtime from PyPI (see above)"
-  say "$("$venv/bin/python" -m hpc.vllm_runtime shim "$target/.venv/bin/python")"
+  say "$("$venv/bin/python" -m hpc.job.vllm_runtime shim "$target/.venv/bin/python")"
   say "vLLM runtime: $target/.venv/bin/art-vllm-runtime-server"
 }
 
@@ -242,12 +242,12 @@ download_wheelhouse() {
   mkdir -p "$reqs"
   printf -- '-e %s[frontend,backend]\n' "$repo" > "$reqs/backend.in"
   torch_overrides "$(art_torch_pin)" > "$reqs/backend-overrides.txt" || die "cannot read ART's torch pins"
-  "$venv/bin/python" -m hpc.vllm_runtime requirements "$reqs/runtime" >/dev/null || die "cannot read ART's runtime bundle"
+  "$venv/bin/python" -m hpc.job.vllm_runtime requirements "$reqs/runtime" >/dev/null || die "cannot read ART's runtime bundle"
   local args=(--arch "$arch" --uv "$venv/bin/uv")
   [[ -z "$have" ]] || args+=(--have "$have")
-  "$venv/bin/python" -m hpc.wheelhouse download "$house" --name backend --requirements "$reqs/backend.in" \
+  "$venv/bin/python" -m hpc.job.wheelhouse download "$house" --name backend --requirements "$reqs/backend.in" \
     --overrides "$reqs/backend-overrides.txt" "${args[@]}" || die "the backend's wheels could not be downloaded"
-  "$venv/bin/python" -m hpc.wheelhouse download "$house" --name runtime --requirements "$reqs/runtime/requirements.txt" \
+  "$venv/bin/python" -m hpc.job.wheelhouse download "$house" --name runtime --requirements "$reqs/runtime/requirements.txt" \
     --overrides "$reqs/runtime/overrides.txt" "${args[@]}" || die "the vLLM runtime's wheels could not be downloaded"
   say "wheelhouse for $arch: $house ($(du -sh "$house/wheels" | cut -f1)); on the target: bash setup.sh --from-wheelhouse DIR"
 }

@@ -11,7 +11,7 @@ finish. 2-minute jobs, continued by afterany resubmission:
 
 - fixed:    the stop signal (USR1, --signal_grace before the limit) alone ends a job's work,
             as in every peer tool;
-- boundary: the same, with the trainer's stop-at-boundary rule (hpc/deadline.py, its default
+- boundary: the same, with the trainer's stop-at-boundary rule (hpc/job/deadline.py, its default
             settings): no step starts unless predicted to end before the signal may come;
 - baseline: the same steps in one job long enough to need no continuation.
 
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import resubmit_goodput as rg  # bench/ is on sys.path when this script runs
 
-from hpc.rundir import RunDir
+from hpc.run.rundir import RunDir
 
 MODES = ("baseline", "fixed", "boundary")
 JOB_MINUTES = 2

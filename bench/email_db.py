@@ -21,7 +21,7 @@ and build) is its own:
   dedupe, then create seven indexes and fill FTS5 from the table; search with
   ART-E's query (FTS MATCH joined with emails, inbox via from OR EXISTS
   recipients, date filters, ORDER BY date DESC LIMIT n);
-* ours: `trainer.data`'s reader and `trainer.email_db.build_database`, and
+* ours: `trainer.data`'s reader and `trainer.agent.email_db.build_database`, and
   `EmailDB.search`.
 
 Search latency is measured over a fixed set of 1-3 keyword queries, each
@@ -365,8 +365,8 @@ def baseline_search(conn: sqlite3.Connection, query: Query, max_results: int = 1
 
 
 def ours_build(dataset_dir: Path, db_path: Path) -> dict[str, Any]:
-    from trainer.data import email_rows, resolve_source
-    from trainer.email_db import build_database
+    from trainer.staging.data import email_rows, resolve_source
+    from trainer.agent.email_db import build_database
 
     rows, total = email_rows(resolve_source(str(dataset_dir)))
     report = build_database(rows, db_path, force=True, show_progress=False, total=total)
@@ -383,7 +383,7 @@ def child(kind: str, dataset_dir: Path, db_path: Path) -> None:
         datasets.disable_progress_bars()
     else:
         import pyarrow  # noqa: F401
-        import trainer.data  # noqa: F401
+        import trainer.staging.data  # noqa: F401
     start = time.perf_counter()
     counts = build(dataset_dir, db_path)
     seconds = time.perf_counter() - start
@@ -505,7 +505,7 @@ def run(emails: int, work: Path) -> int:
     ours = run_child("ours", dataset_dir, our_db)
     if any(base[k] != ours[k] for k in ("inserted", "skipped_long", "skipped_recipients", "skipped_duplicates")):
         print(f"WARNING: the builds kept different emails: baseline {base}, ours {ours}")
-    from trainer.email_db import EmailDB, SearchResult
+    from trainer.agent.email_db import EmailDB, SearchResult
 
     base_conn = sqlite3.connect(base_db.resolve().as_uri() + "?mode=ro", uri=True)
     db = EmailDB(our_db)

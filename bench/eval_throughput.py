@@ -7,7 +7,7 @@ to make --questions. The model is the scripted OpenAI-compatible endpoint
 (tests/doubles/openai_server.py, in a process of its own, as a model server is) taking
 --turn_ms per model turn; each question takes
 two turns (a search, then the answer), and the judge answers at once. The same
-evaluation engine as validation and `python -m trainer.eval` (trainer.evaluation)
+evaluation engine as validation and `python -m trainer.eval` (trainer.evaluation.engine)
 runs it twice in the same process, after one question to warm up (first-use imports):
 at the config's default ``eval_concurrency``, and one question at a time. It prints both wall times, their ratio, and the ideal
 concurrent time (waves of `concurrency` questions x turns x turn time).
@@ -36,7 +36,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests.doubles.openai_server import OpenAIServer, Reply, text, tool_call  # noqa: E402
-from trainer.config import load_config  # noqa: E402
+from trainer.training.config import load_config  # noqa: E402
 
 FIXTURE = REPO / "tests" / "fixtures" / "art_e"
 TURNS = 2
@@ -46,7 +46,7 @@ IDEAL_TARGET = 1.5
 
 def stage(data_dir: Path, questions: int) -> None:
     """The fixture emails, and ``questions`` test questions made from its test questions."""
-    from trainer.data import prepare
+    from trainer.staging.data import prepare
 
     rows = [json.loads(line) for line in (FIXTURE / "questions.jsonl").read_text().splitlines()]
     usable = [r for r in rows if r["split"] == "test" and len(r["message_ids"]) == 1 and r["id"] not in (129, 171)]
@@ -74,12 +74,12 @@ def agent(turn_seconds: float, jitter: float = 0.0):
 
 
 async def timed(base_url: str, data_dir: Path, concurrency: int, limit: int | None = None) -> tuple[float, dict]:
-    from trainer.email_db import EmailDB
-    from trainer.evaluation import evaluate, summarize
-    from trainer.judge import Judge
-    from trainer.policy import EndpointPolicy
-    from trainer.rollout import AgentConfig
-    from trainer.scenarios import load_scenarios
+    from trainer.agent.email_db import EmailDB
+    from trainer.evaluation.engine import evaluate, summarize
+    from trainer.agent.judge import Judge
+    from trainer.serving.policy import EndpointPolicy
+    from trainer.agent.rollout import AgentConfig
+    from trainer.agent.scenarios import load_scenarios
 
     scenarios = load_scenarios(data_dir, "test", shuffle=False, limit=limit)
     judge = Judge(model="judge", api_base=base_url, concurrency=max(concurrency, 8), retries=0)
@@ -100,7 +100,7 @@ def serve(port: int, turn_seconds: float, jitter: float) -> None:
 
 @contextlib.contextmanager
 def model_server(turn_seconds: float, jitter: float = 0.0) -> Iterator[str]:
-    from trainer.vllm_server import free_port
+    from trainer.serving.vllm_server import free_port
 
     port = free_port()
     child = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--turn_ms", str(turn_seconds * 1000),

@@ -46,7 +46,7 @@ from typing import Callable
 
 import resubmit_goodput as rg  # bench/ is on sys.path when this script runs
 
-from hpc.rundir import RunDir
+from hpc.run.rundir import RunDir
 from tests.doubles import slurm_faults
 from tests.doubles.step_trainer import read_steps
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/gpu_baseline_loop.py --model DIR --data_dir D --steps 3 --art_path P
 
-The same model, GPU, agent (trainer.rollout), group size (4), groups per step (3) and
+The same model, GPU, agent (trainer.agent.rollout), group size (4), groups per step (3) and
 rollouts in flight as the proof's trainer.train run, without what the trainer adds around
 them: no run directory, preflight, boundary checks, progress or step records, no stop
 handling. It prints ``baseline rollouts/s X``: rollouts gathered per second of gathering over
@@ -29,11 +29,11 @@ async def loop(model_path: Path, data_dir: Path, steps: int, art_path: Path) -> 
     import art
     from art.local import LocalBackend
 
-    from trainer.config import FAST_START_ENGINE_ARGS, VLLM_SHARE
-    from trainer.email_db import EmailDB
-    from trainer.judge import Judge
-    from trainer.rollout import AgentConfig, rollout
-    from trainer.scenarios import load_scenarios
+    from trainer.training.config import FAST_START_ENGINE_ARGS, VLLM_SHARE
+    from trainer.agent.email_db import EmailDB
+    from trainer.agent.judge import Judge
+    from trainer.agent.rollout import AgentConfig, rollout
+    from trainer.agent.scenarios import load_scenarios
 
     backend = LocalBackend(path=str(art_path))
     model = art.TrainableModel(
@@ -72,7 +72,7 @@ def main() -> int:
     parser.add_argument("--art_path", type=Path, required=True)
     args = parser.parse_args()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from hpc.vllm_runtime import job_runtime_env
+    from hpc.job.vllm_runtime import job_runtime_env
 
     os.environ.update(job_runtime_env(os.environ))  # the vLLM runtime the trainer uses, found the same way
     os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # as the trainer runs ART's runtime (trainer.train)

@@ -28,7 +28,7 @@ Stages:
 The judge is a string match on loopback (accept when every word of the reference answer
 is in the answer): the GPU node has no network, and the judge is not what this proves.
 Figures: time to register, seconds per step, rollouts per second, peak GPU memory
-(nvidia-smi, sampled each second) against hpc.gpu_memory's estimate, checkpoint size,
+(nvidia-smi, sampled each second) against hpc.launcher.gpu_memory's estimate, checkpoint size,
 the resumed step. Exit 0 when every stage ran.
 """
 
@@ -52,8 +52,8 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hpc.checkpoints import list_checkpoints  # noqa: E402
-from hpc.rundir import EXIT_STOPPED_FOR_TIME, RunDir  # noqa: E402
+from hpc.run.checkpoints import list_checkpoints  # noqa: E402
+from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir  # noqa: E402
 from tests.doubles.openai_server import OpenAIServer, Reply, text  # noqa: E402
 
 FIXTURE = REPO / "tests" / "fixtures" / "art_e"
@@ -164,8 +164,8 @@ class Work:
 
 def dotenv_setting(name: str) -> str:
     """What a job on this machine's cluster gets for ``name`` from the dotenv files."""
-    from hpc.clusters import load_registry
-    from hpc.jobspec import dotenv_setting as setting
+    from hpc.launcher.clusters import load_registry
+    from hpc.launcher.jobspec import dotenv_setting as setting
 
     return setting(name, load_registry().detect().cluster) or ""
 
@@ -260,7 +260,7 @@ def stage_env(work: Work, args: argparse.Namespace) -> list[str]:
     torch_version, cuda, available, art, unsloth = versions.stdout.split()
     if available != "True":
         raise ProofFailed(f"torch {torch_version} sees no GPU")
-    runtime = command(work, "runtime", ["-m", "hpc.vllm_runtime", "status"]).strip()
+    runtime = command(work, "runtime", ["-m", "hpc.job.vllm_runtime", "status"]).strip()
     if not runtime.startswith(("PyPI build at", "ART's managed runtime at", "ART_VLLM_RUNTIME_BIN at")):
         raise ProofFailed(f"no vLLM runtime for the trainer: {runtime}")
     return [f"GPU: {gpus.stdout.strip()}", f"torch {torch_version} (CUDA {cuda}), openpipe-art {art}, unsloth {unsloth}",
@@ -279,7 +279,7 @@ def stage_model(work: Work, args: argparse.Namespace) -> list[str]:
 
 def claim_run(work: Work) -> None:
     """What the job's begin hook does first: the run owns its model folder (model.json both sides)."""
-    from hpc.ownership import claim
+    from hpc.run.ownership import claim
 
     work.run.path.mkdir(parents=True, exist_ok=True)
     claim(work.run, work.model_dir)
@@ -322,9 +322,9 @@ def trained_steps(work: Work, records: list[dict[str, Any]]) -> list[int]:
 
 
 def memory_estimate(work: Work) -> str:
-    """hpc.gpu_memory's estimate for the made model in shared mode at the proof's settings."""
-    from hpc.gpu_memory import ModelShape, Plan, estimate
-    from trainer.config import VLLM_SHARE
+    """hpc.launcher.gpu_memory's estimate for the made model in shared mode at the proof's settings."""
+    from hpc.launcher.gpu_memory import ModelShape, Plan, estimate
+    from trainer.training.config import VLLM_SHARE
 
     config = json.loads((work.model / "config.json").read_text())
     header = json.loads(_safetensors_header(work.model / "model.safetensors"))
@@ -335,7 +335,7 @@ def memory_estimate(work: Work) -> str:
                                     "0"], capture_output=True, text=True).stdout.strip() or 0) / 1024
     plan = Plan(gpu_gib, "shared", VLLM_SHARE["shared"], 4096)
     found = estimate(shape, plan)
-    return (f"hpc.gpu_memory estimates vLLM {found.vllm_need:.1f} GiB (of its {found.vllm_budget:.1f} GiB share, which "
+    return (f"hpc.launcher.gpu_memory estimates vLLM {found.vllm_need:.1f} GiB (of its {found.vllm_budget:.1f} GiB share, which "
             f"vLLM takes whole) and training {found.train_peak:.1f} GiB")
 
 

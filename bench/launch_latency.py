@@ -5,10 +5,10 @@
 Both are measured in the same run on the same interpreter, so the ratio says
 how much the launcher adds to a bare Python start. Target: dry run under
 0.3 s median, and none of art, litellm, datasets, torch imported (checked
-here too, and asserted by tests/hpc/test_launch.py).
+here too, and asserted by tests/hpc/launcher/test_launch.py).
 
 Then a real launch (a submission, to an ``sbatch`` stand-in on PATH that prints
-a job id) with the login-side preflight before the queue (hpc/queue_preflight.py:
+a job id) with the login-side preflight before the queue (hpc/launcher/queue_preflight.py:
 the trainer's checks in a child process, passing here: the fixture data staged
 by ``trainer.data prepare``, the test double's backend, the judge a local
 OpenAI-compatible stand-in answering its one request: litellm's import is most of it) against
@@ -63,7 +63,7 @@ def fake_sbatch(folder: Path) -> dict[str, str]:
 
 
 def staged_data(folder: Path) -> Path:
-    from trainer.data import prepare
+    from trainer.staging.data import prepare
 
     fixtures = REPO / "tests" / "fixtures" / "art_e"
     prepare(folder, str(fixtures / "emails.jsonl"), str(fixtures / "questions.jsonl"), show_progress=False)

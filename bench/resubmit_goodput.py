@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from hpc.rundir import RunDir  # noqa: E402
+from hpc.run.rundir import RunDir  # noqa: E402
 from tests.doubles.step_trainer import TrainedStep, read_steps  # noqa: E402
 
 MODES = ("requeue", "afterany", "chain")
@@ -105,7 +105,7 @@ def launch_command(name: str, runs_dir: Path, minutes: int, grace: int, train_ar
 
 
 def job_ids(run: RunDir) -> list[str]:
-    """The run's jobs: submitted, chained, continued, and successors queued (hpc/successor.py)."""
+    """The run's jobs: submitted, chained, continued, and successors queued (hpc/job/successor.py)."""
     ids = [str(r["job_id"]) for r in run.read_ledger()
            if r.get("event") in ("submit", "chain", "resubmit", "successor")]
     return list(dict.fromkeys(ids))

@@ -36,7 +36,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.eval_throughput import model_server, stage  # noqa: E402
-from trainer.vllm_server import free_port  # noqa: E402
+from trainer.serving.vllm_server import free_port  # noqa: E402
 
 TURNS = 2
 OVERHEAD_P99_TARGET_MS = 20.0

@@ -14,8 +14,8 @@ and \\x1e after the last one, sacct fields are split on \\x1f with the name last
 (so a newline in it cannot end a record early), and every name and path goes
 through printable() before it reaches the terminal.
 
-The run directory layout comes from hpc.rundir and the latest complete
-checkpoint from hpc.checkpoints (both stdlib only): the launcher, the trainer
+The run directory layout comes from hpc.run.rundir and the latest complete
+checkpoint from hpc.run.checkpoints (both stdlib only): the launcher, the trainer
 and these reports share one definition of each.
 
 Errors are one line on stderr: exit 1 at run time, 2 for a bad value.
@@ -37,12 +37,12 @@ from typing import Callable, Iterable, Optional, Sequence, Tuple
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # `python -I` adds neither the cwd nor PYTHONPATH
 
-from hpc import accounting  # noqa: E402
-from hpc.checkpoints import latest_complete  # noqa: E402
-from hpc.continuation import continuations  # noqa: E402
-from hpc.rundir import RunDir, SweepDir  # noqa: E402
-from hpc.health import Flag, HealthSettings, SettingError, check as health_check  # noqa: E402
-from hpc.serving import address_of, ssh_line  # noqa: E402
+from hpc.run import accounting  # noqa: E402
+from hpc.run.checkpoints import latest_complete  # noqa: E402
+from hpc.job.continuation import continuations  # noqa: E402
+from hpc.run.rundir import RunDir, SweepDir  # noqa: E402
+from hpc.run.health import Flag, HealthSettings, SettingError, check as health_check  # noqa: E402
+from hpc.run.serving import address_of, ssh_line  # noqa: E402
 
 PROG = os.environ.get("HPC_PROG") or "monitor.py"
 FS, RS = "\x1f", "\x1e"  # ASCII unit and record separators: no job name or path holds them
@@ -159,7 +159,7 @@ def is_moved_aside(name: str) -> bool:
 
 
 def sweep_runs(runs_dir: Path, name: str) -> list[str]:
-    """The runs of the sweep ``name`` (its sweep.json, hpc/sweeps.py); [] when it is no sweep."""
+    """The runs of the sweep ``name`` (its sweep.json, hpc/launcher/sweeps.py); [] when it is no sweep."""
     try:
         sweep = SweepDir(runs_dir / name)
         record = sweep.read_record() if sweep.is_sweep() else None
@@ -289,7 +289,7 @@ def pick_job(job_ids: list[str], active: dict[str, str]) -> str:
 
 
 def checkpoint_text(records: list[dict]) -> str:
-    """Latest complete checkpoint step (where the next job resumes), via hpc.checkpoints."""
+    """Latest complete checkpoint step (where the next job resumes), via hpc.run.checkpoints."""
     folder = model_dir_of(records)
     latest = latest_complete(folder) if folder else None
     return "-" if latest is None else str(latest.step)
@@ -397,7 +397,7 @@ class RunView:
 
 
 class Chargings:
-    """How each cluster charges (hpc/clusters.yaml), loaded once, and only for runs that have jobs."""
+    """How each cluster charges (hpc/launcher/clusters.yaml), loaded once, and only for runs that have jobs."""
 
     def __init__(self) -> None:
         self.known: dict[Optional[str], Optional[accounting.Charging]] = {}
@@ -441,7 +441,7 @@ def run_views(user: str, runs: list[RunDir]) -> list[RunView]:
 
 def run_health(run_dir: RunDir, files: accounting.RunFiles, account: accounting.RunAccounting, job: str,
                state: str, settings: HealthSettings, now: datetime) -> list[Flag]:
-    """STALLED (the running job made no step in a while) and COLLAPSED (no reward spread): hpc/health.py."""
+    """STALLED (the running job made no step in a while) and COLLAPSED (no reward spread): hpc/run/health.py."""
     start = next((j.start for j in reversed(account.jobs) if j.job_id == job and j.end is None), None)
     validations = accounting.objects(run_dir.read_validations)
     return health_check(files.steps, validations, job, state, start, now, settings)
@@ -472,7 +472,7 @@ def runs_view(user: str, runs_dir: Path, only: str) -> None:
 
 
 def by_sweep(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
-    """Runs on their own first, then each sweep's runs together (sweep_member.json, hpc/sweeps.py)."""
+    """Runs on their own first, then each sweep's runs together (sweep_member.json, hpc/launcher/sweeps.py)."""
     groups: dict[str, list[RunView]] = {}
     for view in views:
         member = read_marker(view.run_dir.read_sweep_member)
@@ -526,9 +526,9 @@ def print_service(run_dir: RunDir) -> None:
 
 
 def login_host() -> str:
-    """The cluster's login host (hpc/clusters.yaml), else this machine's name."""
+    """The cluster's login host (hpc/launcher/clusters.yaml), else this machine's name."""
     try:
-        from hpc.clusters import load_registry
+        from hpc.launcher.clusters import load_registry
 
         return load_registry().detect().cluster.login_host or socket.getfqdn()
     except Exception:  # noqa: BLE001 - a hint line must never break the status view
@@ -675,7 +675,7 @@ class LogFinder:
                 if record.get("log_out"):
                     self.ledger_logs[job] = (str(record["log_out"]), str(record.get("log_err") or ""))
         self.scontrol_calls = 0
-        # Successors (hpc/successor.py) that never started: a run withdraws its waiting successor when
+        # Successors (hpc/job/successor.py) that never started: a run withdraws its waiting successor when
         # it stops (scancel), which is bookkeeping, not a job anybody cancelled.
         self.withdrawn = successors - started
 
@@ -811,12 +811,12 @@ def print_tail(path: str, lines: int) -> None:
 
 
 def launcher_runs_dir() -> Path:
-    """The launcher's default, by the launcher's code (hpc/launch.py spec_from_args):
+    """The launcher's default, by the launcher's code (hpc/launcher/launch.py spec_from_args):
     RUNS_DIR from the merged dotenv of the detected cluster, else <repo>/runs."""
     try:
-        from hpc.clusters import load_registry
+        from hpc.launcher.clusters import load_registry
         from hpc.errors import UsageError
-        from hpc.jobspec import env_layers, outer_env, resolve_runs_dir
+        from hpc.launcher.jobspec import env_layers, outer_env, resolve_runs_dir
     except ImportError as err:
         raise Failure(f"cannot work out the launcher's runs directory ({err}; run setup.sh, "
                       "or pass --runs_dir DIR)")

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from hpc.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, list_checkpoints, model_dir, step_dir
+from hpc.run.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, list_checkpoints, model_dir, step_dir
 from tests.doubles.step_trainer import safetensors_bytes
 
 TRAIN_LOG = "fake_backend_train.jsonl"

@@ -9,7 +9,7 @@ saves a LoRA checkpoint per step in ART's LocalBackend layout.
 
 Same argv shape and contract as the real trainer (docs/design.md):
 
-- resumes from ``hpc.checkpoints.latest_complete($HPC_MODEL_DIR)`` (moving a
+- resumes from ``hpc.run.checkpoints.latest_complete($HPC_MODEL_DIR)`` (moving a
   newer half-written folder aside first, as the real trainer does);
 - logs every trained step to ``$HPC_RUN_DIR/steps.log``, one line each:
   ``step=K job=ID restart=R start=<epoch> end=<epoch>``, so tests can check
@@ -27,7 +27,7 @@ Same argv shape and contract as the real trainer (docs/design.md):
   seconds are recorded as lost), the rest in training and the save, which a signal
   lets finish. 0 (the default) is all training, as before;
 - ``stop_at_boundary=true`` applies the trainer's stop-at-boundary rule
-  (hpc/deadline.py, same settings and defaults): a step predicted not to end
+  (hpc/job/deadline.py, same settings and defaults): a step predicted not to end
   before the job's stop signal is not started, and the double exits 75;
 - appends ``steps.jsonl`` records (``seconds``, ``rollout_seconds``: what the
   rule predicts from) and ``stops.jsonl`` records (boundary, signal, finished),
@@ -38,7 +38,7 @@ Same argv shape and contract as the real trainer (docs/design.md):
   ``hang_at=K`` makes no step K and no progress until a stop signal (once per
   run: a stalled trainer, for the health checks).
 
-- ``preflight=CONFIG`` first runs the trainer's own preflight (trainer/preflight.py)
+- ``preflight=CONFIG`` first runs the trainer's own preflight (trainer/training/preflight.py)
   for that trainer config (with ``preflight_overrides``) and the job's environment,
   and exits as the trainer would (78 permanent, 69 transient): real-Slurm tests
   fail a job with the real checks.
@@ -59,9 +59,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpc.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, latest_complete, quarantine_incomplete, step_dir
-from hpc.deadline import BoundaryRule, BoundarySettings, EndTimeError, StopRecord, record_stop, step_durations
-from hpc.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now
+from hpc.run.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, latest_complete, quarantine_incomplete, step_dir
+from hpc.job.deadline import BoundaryRule, BoundarySettings, EndTimeError, StopRecord, record_stop, step_durations
+from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now
 
 STOP: list[str] = []  # the signal that asked us to stop, if any
 STEPS_LOG = "steps.log"
@@ -83,7 +83,7 @@ class Options:
     boundary_recent_steps: int = BoundarySettings.recent_steps
     boundary_safety_factor: float = BoundarySettings.safety_factor
     boundary_margin_seconds: float = BoundarySettings.margin_seconds
-    preflight: str = ""  # a trainer config: run trainer/preflight.py's checks for it first
+    preflight: str = ""  # a trainer config: run trainer/training/preflight.py's checks for it first
     preflight_overrides: str = ""  # its key=value overrides, comma-separated
 
     def step_length(self, step: int) -> float:
@@ -305,8 +305,8 @@ def preflight(opts: Options) -> int:
     """The trainer's preflight for config ``opts.preflight``: 0, or its exit code (78, 69)."""
     import logging
 
-    from trainer.config import ConfigError, load_config
-    from trainer.preflight import EXIT_CONFIG_ERROR, run_job, targets_from_env
+    from trainer.training.config import ConfigError, load_config
+    from trainer.training.preflight import EXIT_CONFIG_ERROR, run_job, targets_from_env
 
     handler = logging.StreamHandler(sys.stdout)  # its "ok" lines to the .out log, as the trainer's
     handler.setFormatter(logging.Formatter("step_trainer: %(message)s"))

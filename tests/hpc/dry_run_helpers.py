@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc import launch
+from hpc.launcher import launch
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from hpc import checkpoints as ck
-from hpc.rundir import RunDir
+from hpc.run import checkpoints as ck
+from hpc.run.rundir import RunDir
 from tests.doubles.step_trainer import safetensors_bytes
 from tests.scripts.slurm_util import load_monitor
 
@@ -197,7 +197,7 @@ def test_a_run_counts_as_cancelled_only_until_it_is_launched_again():
 
 
 def test_a_sweeps_name_lists_its_runs(tmp_path):
-    from hpc.rundir import SweepDir
+    from hpc.run.rundir import SweepDir
 
     SweepDir(tmp_path / "sw").write_record({"sweep": "sw", "runs": [{"name": "sw.seed=1"}, {"name": "sw.seed=2"}]})
     for name in ("sw.seed=1", "sw.seed=2", "sw.seed=3", "other"):

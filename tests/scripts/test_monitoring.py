@@ -1,7 +1,7 @@
 """The job monitoring helpers (status.sh, sfail.sh, scompleted.sh, scancelled.sh,
 scancelall.sh, rmlogs.sh): argument handling and error messages with stand-in
 Slurm commands, then the real local Slurm with accounting, on temporary runs
-directories laid out as hpc/rundir.py says.
+directories laid out as hpc/run/rundir.py says.
 
 Every real job here carries a name prefix unique to this test run and is
 cancelled in teardown, so tests running at the same time on the cluster (same
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc.rundir import RunDir
+from hpc.run.rundir import RunDir
 from tests.hpc.slurm_helpers import launch
 from tests.scripts.slurm_util import (
     REPO, SCRIPTS, bin_without_slurm, calls, cancel, fake_slurm, load_monitor, run_script, sbatch,

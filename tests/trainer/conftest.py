@@ -1,6 +1,6 @@
 """Trainer fixtures: the ART-E data staged from the shipped fixture corpus.
 
-``art_e_data_dir`` runs the real staging path (``trainer.data.prepare`` on the
+``art_e_data_dir`` runs the real staging path (``trainer.staging.data.prepare`` on the
 local JSONL files in tests/fixtures/art_e/) once per session, so every test
 that needs an email database or scenarios gets the files production would
 write. Regenerate the corpus with tests/fixtures/art_e/make_fixture.py.
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from trainer.data import prepare
-from trainer.email_db import EmailDB
-from trainer.scenarios import Scenario, load_scenarios
+from trainer.staging.data import prepare
+from trainer.agent.email_db import EmailDB
+from trainer.agent.scenarios import Scenario, load_scenarios
 
 FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "art_e"
 FIXTURE_EMAILS = FIXTURE_DIR / "emails.jsonl"

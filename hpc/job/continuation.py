@@ -1,0 +1,600 @@
+"""In-job hooks that carry a run across wall-time-limited jobs.
+
+The job script (sbatch/_job_control.sh.j2) calls
+
+    python -m hpc.job.continuation begin --run_dir D --model_dir M
+    python -m hpc.job.continuation end   --run_dir D --model_dir M --exit_code RC --mode requeue|afterany|chain \
+                                     --script S --max_resubmits N --max_failures N [--log_err PATH]
+
+``begin`` says whether there is anything to do (exit 10 when the run is done,
+given up or cancelled by its user, or another job carries it: a chained job or
+a successor then ends at once), checks that the model folder is this run's own
+(exit 3 and the run marked failed when another run owns it: hpc/run/ownership.py),
+records a job that ended without its end hook (with the state accounting gives
+it), moves half-written checkpoints aside, records the step the job starts from
+and, with ``--successor SCRIPT``, queues the job's successor (hpc/job/successor.py:
+the run then goes on whatever ends this job). ``end`` records how the
+workload ended and continues the run: ``scontrol requeue`` (same job id, where
+the cluster allows it), the successor queued at the start, else a follow-up job
+with ``--dependency=afterany`` (where jobs may submit jobs), or nothing
+(``--chain``: the launcher pre-submitted the followers); a run that stops here
+has its successor cancelled. The decision is the pure function ``decide`` over the ledger and
+what Slurm says about the job, so every counter (continuations, failures
+without progress) is derived from the one record that survives requeues and
+node losses; there is no other state.
+
+A failed job's ``job_end`` quotes its error line (the last meaningful line of
+its part of the .err log), and so do ``failed.json`` and the ledger's
+``failed`` record. Exit 78 (``EXIT_CONFIG_ERROR``: the trainer's preflight or
+setup found a configuration error) or 2 (bad input) gives the run up at once; other failures
+are retried until ``--max_failures`` of them in a row made no progress,
+counted from the newest launch.
+
+Slurm is asked two things at the end, because a TERM alone does not say why
+it came: whether it has already requeued the job itself (preemption, an
+admin's ``scontrol requeue``: continuing it again would start a second job on
+the same run), and whether a user cancelled it (``scancel``: the user wants
+the run stopped, and a requeue would undo that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from hpc.job import notify, successor
+from hpc.run import ownership
+from hpc.run.checkpoints import latest_complete, quarantine_incomplete
+from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
+
+log = logging.getLogger("hpc.job.continuation")
+
+# A workload that exits 78 (the trainer's preflight or setup: a configuration error) or 2 (bad
+# input: the evaluation's and the service's bad model or data, a usage error) cannot outgrow it.
+PERMANENT_EXIT_CODES = (EXIT_CONFIG_ERROR, 2)
+EXIT_NOTHING_TO_DO = 10  # begin: the run is finished or failed; the job exits 0 at once
+EXIT_NOT_OURS = 3  # begin: the model folder belongs to another run; the job fails, nothing continues
+MODES = ("requeue", "afterany", "chain")
+# A failed job's error line: the last line of its .err log that reads like an error, else its
+# last line; read from where the job began (a requeued job appends to the same log).
+ERROR_WORDS = re.compile(r"error|exception|traceback|fail|fatal|killed|cancelled|denied|refused|timed out", re.I)
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+ERROR_TAIL_BYTES = 65536
+ERROR_LINE_CHARS = 1000  # a preflight line with its fix fits; a runaway line does not
+
+FINISHED = "finished"
+STOPPED = "stopped_for_time"
+FAILED = "failed"
+
+# Decision actions.
+FINISH = "finish"      # training is done: record it, continue nothing
+GIVE_UP = "give_up"    # mark the run failed, continue nothing
+STOP = "stop"          # a user cancelled the job: continue nothing, mark nothing (a launch resumes)
+REQUEUE = "requeue"    # scontrol requeue this job
+RESUBMIT = "resubmit"  # sbatch the same script with afterany on this job
+REQUEUED = "requeued"  # Slurm has already requeued this job: record it, submit nothing
+NONE = "none"          # chain mode: the pre-submitted job continues
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SlurmView:
+    """What Slurm says about the job while its end hook runs."""
+
+    requeued: bool = False   # Slurm requeued it already (its restart count went up)
+    cancelled: bool = False  # accounting says CANCELLED: a user's scancel
+
+
+# -- pure logic -------------------------------------------------------------------------
+
+
+def outcome_of(exit_code: int, done: bool) -> str:
+    """How a workload ended. Exit 0 means it finished (docs/design.md): the
+    trainer writes the done marker itself, and for any other entrypoint (an
+    evaluation, a smoke workload) ``end`` writes it, so a finished workload is
+    never started again."""
+    if exit_code == 0 or (done and exit_code == EXIT_STOPPED_FOR_TIME):
+        return FINISHED
+    if exit_code == EXIT_STOPPED_FOR_TIME:
+        return STOPPED
+    return FAILED
+
+
+def continuations(ledger: Iterable[dict[str, Any]]) -> int:
+    """Continuations so far = requeue + resubmit records (docs/design.md)."""
+    return sum(1 for r in ledger if r.get("event") in ("requeue", "resubmit"))
+
+
+def job_runs(ledger: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """Each job_start paired with the job_end that closes it (None if none yet).
+
+    A requeued job keeps its id, so a job_end closes the most recent open
+    job_start of the same id; a job_end with no start pairs with ``{}`` (its
+    start step is unknown, so it cannot show progress)."""
+    runs: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+    for record in ledger:
+        if record.get("event") == "job_start":
+            runs.append((record, None))
+        elif record.get("event") == "job_end":
+            _close(runs, record)
+    return runs
+
+
+def _close(runs: list[tuple[dict[str, Any], dict[str, Any] | None]], end: dict[str, Any]) -> None:
+    for k in range(len(runs) - 1, -1, -1):
+        start, closed = runs[k]
+        if closed is None and str(start.get("job_id")) == str(end.get("job_id")):
+            runs[k] = (start, end)
+            return
+    runs.append(({}, end))
+
+
+def since_launch(ledger: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records from the newest launch (``submit``) on: what this launch's jobs did."""
+    launches = [k for k, record in enumerate(ledger) if record.get("event") == "submit"]
+    return ledger[launches[-1]:] if launches else ledger
+
+
+def failures_without_progress(ledger: list[dict[str, Any]]) -> int:
+    """Consecutive failed jobs of the newest launch, newest first, whose step did not advance.
+
+    Any job that stopped for time, finished, or failed after advancing the step
+    breaks the streak: a run that still learns is worth continuing. A new launch
+    starts a fresh count: the user changed something and deserves --max_failures
+    attempts, not what the previous launch left."""
+    streak = 0
+    for start, end in reversed(job_runs(since_launch(ledger))):
+        if end is None:
+            continue
+        if end.get("outcome") != FAILED or _advanced(start, end):
+            break
+        streak += 1
+    return streak
+
+
+def _advanced(start: dict[str, Any], end: dict[str, Any]) -> bool:
+    try:
+        return int(end.get("step")) > int(start.get("step"))
+    except (TypeError, ValueError):
+        return False
+
+
+def decide(ledger: list[dict[str, Any]], *, done: bool, mode: str, max_resubmits: int,
+           max_failures: int, slurm: SlurmView = SlurmView()) -> Decision:
+    """What to do after a job, given the ledger *including* this job's job_end."""
+    if done:
+        return Decision(FINISH, "training finished")
+    if slurm.cancelled:
+        return Decision(STOP, "the job was cancelled (scancel): the run is not continued; launch again to resume")
+    last = next((r for r in reversed(ledger) if r.get("event") == "job_end"), {})
+    if last.get("outcome") == FAILED and last.get("exit_code") in PERMANENT_EXIT_CODES:
+        return Decision(GIVE_UP, f"configuration error (exit {last.get('exit_code')}), not retried: "
+                                 f"{last.get('error') or 'see the log'}")
+    if last.get("outcome") == FAILED:
+        streak = failures_without_progress(ledger)
+        if streak >= max_failures:
+            return Decision(GIVE_UP, f"{streak} failed job(s) in a row without progress "
+                                     f"(--max_failures {max_failures}); last {failure_text(last)}")
+    if slurm.requeued:
+        return Decision(REQUEUED, "Slurm has requeued this job itself (preemption or an admin): "
+                                  "it continues the run, nothing else is submitted")
+    if mode == "chain":
+        follower = chain_follower(ledger, last.get("job_id"))
+        if follower is None:
+            return Decision(NONE, "chain mode, and this was the last pre-submitted job: "
+                                  "launch again to continue the run")
+        return Decision(NONE, f"chain mode: the pre-submitted job {follower} continues the run")
+    used = continuations(ledger)
+    if used >= max_resubmits:
+        return Decision(GIVE_UP, f"reached --max_resubmits {max_resubmits} continuations without finishing")
+    why = "stopped for time" if last.get("outcome") == STOPPED else "failed but made progress"
+    action = REQUEUE if mode == "requeue" else RESUBMIT
+    return Decision(action, f"{why}; continuation {used + 1} of at most {max_resubmits}")
+
+
+def failure_text(end: dict[str, Any]) -> str:
+    """A failed job in a few words: its exit code and, when it wrote one, its error line."""
+    text = f"exit code {end.get('exit_code')}"
+    return f"{text}: {end['error']}" if end.get("error") else text
+
+
+def error_line(log: Path, offset: int = 0) -> str | None:
+    """The last meaningful line a job wrote to its .err log from ``offset`` (where it began):
+    the last that reads like an error (a traceback's exception, the trainer's one-line
+    errors, Slurm's CANCELLED line), else the last one; printable, one line. None if none."""
+    try:
+        with open(log, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(offset if offset <= size else 0, size - ERROR_TAIL_BYTES))
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return None
+    lines = [line for line in map(clean_line, text.splitlines()) if line and not line.startswith("[continuation]")]
+    if not lines:
+        return None
+    return next((line for line in reversed(lines) if ERROR_WORDS.search(line)), lines[-1])
+
+
+def clean_line(line: str) -> str:
+    """Without terminal escapes and control characters, at most ERROR_LINE_CHARS long."""
+    line = "".join(ch if ch.isprintable() else " " for ch in ANSI_ESCAPE.sub("", line)).strip()
+    return line if len(line) <= ERROR_LINE_CHARS else line[: ERROR_LINE_CHARS - 3] + "..."
+
+
+def log_size(log: Path) -> int:
+    try:
+        return log.stat().st_size
+    except OSError:
+        return 0
+
+
+def start_offset(ledger: list[dict[str, Any]], job_id: str) -> int:
+    """Where this job's part of its .err log begins (its job_start's ``err_offset``)."""
+    start = next((r for r in reversed(ledger) if r.get("event") == "job_start"
+                  and str(r.get("job_id")) == job_id), {})
+    offset = start.get("err_offset")
+    return offset if isinstance(offset, int) else 0
+
+
+def chain_follower(ledger: list[dict[str, Any]], job_id: Any) -> str | None:
+    """The pre-submitted job that waits for ``job_id`` (``chain`` records), if any."""
+    for record in ledger:
+        if record.get("event") == "chain" and str(record.get("after")) == str(job_id):
+            return str(record.get("job_id"))
+    return None
+
+
+def unclosed_start(ledger: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The last job_start without a job_end: a job lost before its end hook ran
+    (node failure, SIGKILL, requeue by Slurm itself)."""
+    runs = job_runs(ledger)
+    if runs and runs[-1][1] is None:
+        return runs[-1][0]
+    return None
+
+
+# -- Slurm calls ----------------------------------------------------------------------
+
+
+def slurm_env() -> dict[str, str]:
+    """The environment for sbatch/scontrol inside a job: without the job's own
+    SLURM_* output variables, which sbatch would otherwise carry into the new
+    job's environment (SLURM_CONF stays: it locates the cluster's config)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+
+
+def slurm_view(job_id: str, restart_count: int) -> SlurmView:
+    """Ask Slurm whether it requeued or a user cancelled this job.
+
+    Both show as JobState=COMPLETING inside the job; a requeue also raises
+    ``Restarts`` above the job's SLURM_RESTART_COUNT, and only accounting keeps
+    the reason of the end (``CANCELLED by <uid>``, ``PREEMPTED``, ``TIMEOUT``).
+    Any error answers "neither": the run then continues as usual."""
+    if not job_id.isdigit():  # not a Slurm job (a test, a run by hand)
+        return SlurmView()
+    show = slurm_query(["scontrol", "show", "job", "-o", job_id])
+    restarts = re.search(r"\bRestarts=(\d+)", show)
+    state = slurm_query(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State"]).strip().splitlines()
+    return SlurmView(requeued=bool(restarts) and int(restarts.group(1)) > restart_count,
+                     cancelled=bool(state) and state[-1].startswith("CANCELLED"))
+
+
+def slurm_query(command: list[str]) -> str:
+    """stdout of a read-only Slurm command, or "" if it fails (briefly: the job is near its limit)."""
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=20, env=slurm_env())
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return result.stdout if result.returncode == 0 else ""
+
+
+def requeue(job_id: str) -> None:
+    result = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True,
+                            timeout=120, env=slurm_env())
+    if result.returncode != 0:
+        raise RuntimeError(f"scontrol requeue {job_id} failed (exit {result.returncode}): {result.stderr.strip()}")
+
+
+def resubmit(script: Path, after: str, options: tuple[str, ...] = ()) -> str:
+    """Submit ``script`` again to start once job ``after`` has ended; return the new id
+    (``options`` override the script's #SBATCH lines: a smaller pack job asks for fewer GPUs)."""
+    from hpc.launcher.submit import submit
+
+    return submit(script, f"afterany:{after}", env=slurm_env(), options=options)
+
+
+def requeued(job_id: str) -> bool:
+    """``scontrol requeue`` this job; False (said on stderr) when Slurm refuses, and the caller
+    submits a follower instead. scontrol requeue ends the job at once: Slurm sends TERM to every
+    process of it (KILL after KillWait), so TERM is ignored from now on, for the moment it takes
+    to record the requeue: the ledger holds only what happened."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        requeue(job_id)
+        return True
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
+        print(f"[continuation] {err}; submitting a follow-up job with afterany instead", file=sys.stderr)
+        return False
+
+
+# -- hooks --------------------------------------------------------------------------
+
+
+def current_step(model_dir: Path) -> int:
+    latest = latest_complete(model_dir)
+    return latest.step if latest else 0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """--max_resubmits and --max_failures, which a begin hook applies to a job lost without
+    its end hook (a job OOM-killed over and over is a crash loop like any other)."""
+
+    max_resubmits: int = 10**9
+    max_failures: int = 10**9
+
+
+def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int, script: Path | None = None,
+          limits: Limits = Limits()) -> int:
+    """Exit 10 if the run is done, failed or cancelled, or another job carries it; else record
+    where this job starts and (``script`` given) queue its successor (hpc/job/successor.py)."""
+    done, failed = run.read_done(), run.read_failed()
+    if done:
+        print(f"[continuation] run {run.name} finished at step {done.get('final_step')}: nothing to do")
+        return EXIT_NOTHING_TO_DO
+    if failed:
+        print(f"[continuation] run {run.name} was marked failed ({failed.get('reason')}): nothing to do; "
+              f"relaunch to try again")
+        return EXIT_NOTHING_TO_DO
+    with run.locked():
+        why_not = nothing_to_do(run, job_id)
+        if why_not:
+            print(f"[continuation] {why_not}: nothing to do")
+            return EXIT_NOTHING_TO_DO
+        try:
+            note = ownership.claim(run, model_dir).note
+        except ownership.OwnershipError as error:
+            give_up(run, str(error), None)
+            return EXIT_NOT_OURS
+        if note:
+            print(f"[continuation] {note}")
+        lost = unclosed_start(run.read_ledger())
+        if lost is not None and not resume_after_lost_job(run, lost, current_step(model_dir), job_id, limits):
+            return EXIT_NOTHING_TO_DO
+        quarantine_incomplete(model_dir)
+        step = current_step(model_dir)
+        run.append_ledger("job_start", job_id=job_id, step=step, restart_count=restart_count,
+                          err_offset=log_size(run.log_paths(job_id)[1]), **pack_share())
+        print(f"[continuation] job {job_id} starts from step {step} (restart {restart_count})")
+        if script is not None and job_id.isdigit():
+            successor.ensure([run], job_id, script)
+    return 0
+
+
+def resume_after_lost_job(run: RunDir, lost: dict[str, Any], step: int, job_id: str, limits: Limits) -> bool:
+    """Record the lost job and decide as its end hook would: False when the run stops here
+    (its user cancelled the lost job; --max_failures lost or failed jobs in a row without
+    progress; --max_resubmits used up)."""
+    if close_lost_job(run, lost, step, job_id) == STOP:
+        return False
+    decision = decide(run.read_ledger(), done=False, mode="afterany", max_resubmits=limits.max_resubmits + 1,
+                      max_failures=limits.max_failures)
+    if decision.action == GIVE_UP:
+        give_up(run, decision.reason, None)
+        return False
+    return True
+
+
+def nothing_to_do(run: RunDir, job_id: str) -> str | None:
+    """Why this job must not touch the run though it is neither done nor failed: its user
+    cancelled it (a ``cancelled`` record since the newest launch), this job is a successor
+    whose predecessor Slurm requeued (back in the queue, it carries the run on), or another
+    job of the run is running."""
+    ledger = run.read_ledger()
+    if cancelled_since_launch(ledger):
+        return f"run {run.name} was cancelled by its user (launch again to resume)"
+    before = successor.predecessor(ledger, job_id)
+    if before is not None and before != job_id and successor.still_queued(before):
+        return f"job {before}, which this job follows, is back in the queue (requeued by Slurm) and carries the run"
+    running = unclosed_start(ledger)
+    other = str(running.get("job_id")) if running else None
+    if other not in (None, job_id) and successor.queue_state(other) == "RUNNING":
+        return f"job {other} is running this run (one job at a time; e.g. a job requeued after its successor began)"
+    return None
+
+
+def cancelled_since_launch(ledger: list[dict[str, Any]]) -> bool:
+    """The newest of the launch (``submit``) and ``cancelled`` records is a ``cancelled``."""
+    marks = [r.get("event") for r in ledger if r.get("event") in ("submit", "cancelled")]
+    return bool(marks) and marks[-1] == "cancelled"
+
+
+def pack_share() -> dict[str, int]:
+    """In a pack job (hpc/job/pack.py): how many runs share it, so accounting charges each its part."""
+    runs = os.environ.get("HPC_PACK_RUNS", "")
+    return {"pack_runs": int(runs)} if runs.isdigit() else {}
+
+
+def close_lost_job(run: RunDir, lost: dict[str, Any], step: int, job_id: str) -> str:
+    """Record the end of a job that never ran its end hook (node failure, kill -9 or OOM kill
+    of the job, time limit overrun) with the state accounting gives it, as a failure, so the
+    crash guard sees it; return the action. If it is this very job, Slurm requeued it (a lost
+    node, with --requeue): that continuation goes in the ledger too. If this job is the lost
+    one's successor, it continues the run (a ``resubmit`` record), unless the lost job was
+    cancelled by its user: then the run stops (STOP)."""
+    lost_id = str(lost.get("job_id"))
+    state = successor.ended_state(lost_id, requeued=lost_id == job_id)
+    run.append_ledger("job_end", job_id=lost.get("job_id"), exit_code=None, step=step, outcome=FAILED,
+                      note="ended without its end hook (node failure, kill, or time limit overrun)",
+                      **({"slurm_state": state} if state else {}))
+    print(f"[continuation] job {lost_id} ended without its end hook ({state or 'state unknown'}); "
+          f"recorded as failed at step {step}")
+    if lost_id == job_id:
+        run.append_ledger("requeue", job_id=job_id, by="slurm")
+        return REQUEUED
+    if state == "CANCELLED":
+        run.append_ledger("cancelled", job_id=lost_id)
+        print(f"[continuation] job {lost_id} was cancelled by its user: the run is not continued")
+        return STOP
+    if successor.predecessor(run.read_ledger(), job_id) == lost_id:
+        run.append_ledger("resubmit", job_id=job_id, after=lost_id, by="successor")
+    return RESUBMIT
+
+
+@dataclass(frozen=True)
+class EndArgs:
+    run: RunDir
+    model_dir: Path
+    job_id: str
+    exit_code: int
+    mode: str
+    script: Path
+    max_resubmits: int
+    max_failures: int
+    log_err: str | None
+    restart_count: int = 0
+    packed: bool = False  # one run of a pack job: hpc.job.pack continues the job, once, for all its runs
+
+
+def end(a: EndArgs) -> Decision:
+    """Record the job's end, decide, and carry the decision out."""
+    run = a.run
+    with run.locked():
+        done = run.read_done()
+        step = current_step(a.model_dir)
+        outcome = outcome_of(a.exit_code, done is not None)
+        if outcome == FINISHED and done is None:  # a workload that is not the trainer finished
+            run.mark_done(step)
+            done = run.read_done()
+        error = failed_job_error(a, run.read_ledger()) if outcome == FAILED else None
+        run.append_ledger("job_end", job_id=a.job_id, exit_code=a.exit_code, step=step, outcome=outcome,
+                          **({"error": error} if error else {}))
+        ledger = run.read_ledger()
+        slurm = SlurmView() if done else slurm_view(a.job_id, a.restart_count)
+        decision = decide(ledger, done=done is not None, mode=a.mode, max_resubmits=a.max_resubmits,
+                          max_failures=a.max_failures, slurm=slurm)
+        print(f"[continuation] job {a.job_id} ended: exit {a.exit_code}, {outcome} at step {step}; "
+              f"{decision.action}: {decision.reason}")
+        carry_out(a, decision, ledger, done)
+    return decision
+
+
+def carry_out(a: EndArgs, decision: Decision, ledger: list[dict[str, Any]], done: dict[str, Any] | None) -> None:
+    run = a.run
+    if a.packed and decision.action in (REQUEUE, RESUBMIT):
+        print(f"[continuation] run {run.name} is in a pack job: the pack continues it (hpc.job.pack end)")
+        return
+    if decision.action in (FINISH, GIVE_UP, STOP) and not a.packed:
+        successor.cancel(run, a.job_id)
+    if decision.action == FINISH:
+        if not any(r.get("event") == "done" for r in ledger):
+            run.append_ledger("done", step=(done or {}).get("final_step"))
+            notify.tell(run, "done")  # the webhook, if any (hpc/job/notify.py)
+    elif decision.action == GIVE_UP:
+        last = next((r for r in reversed(ledger) if r.get("event") == "job_end"), {})
+        give_up(run, decision.reason, a.log_err, last.get("error"))
+    elif decision.action == STOP:
+        run.append_ledger("cancelled", job_id=a.job_id)
+    elif decision.action == REQUEUED:
+        run.append_ledger("requeue", job_id=a.job_id, by="slurm")
+    elif decision.action in (REQUEUE, RESUBMIT):
+        continue_run(a, decision.action, ledger)
+
+
+def continue_run(a: EndArgs, action: str, ledger: list[dict[str, Any]]) -> None:
+    """Requeue where the mode says so (the job keeps its id, so its successor keeps waiting
+    on it); else, or where Slurm refuses the requeue, through the successor that already
+    waits (one continuation, never two), else by a new follow-up job."""
+    if action == REQUEUE and requeued(a.job_id):
+        a.run.append_ledger("requeue", job_id=a.job_id, by="job")
+        print(f"[continuation] requeued job {a.job_id}")
+        return
+    waiting = successor.pending_of(ledger, a.job_id)
+    if waiting is not None:
+        a.run.append_ledger("resubmit", job_id=waiting, after=a.job_id, by="successor")
+        print(f"[continuation] job {waiting}, queued when this job started, continues the run")
+        return
+    submit_follower(a)
+
+
+def submit_follower(a: EndArgs) -> None:
+    try:
+        new_id = resubmit(a.script, a.job_id)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
+        give_up(a.run, f"could not continue the run: {err} (where jobs may not submit jobs, launch with "
+                       "--chain N)", a.log_err)
+        return
+    a.run.append_ledger("resubmit", job_id=new_id, after=a.job_id, script=str(a.script))
+    print(f"[continuation] submitted job {new_id} to continue after job {a.job_id}")
+
+
+def failed_job_error(a: EndArgs, ledger: list[dict[str, Any]]) -> str | None:
+    """The error line of this job's part of its .err log (the log Slurm writes, else the run's)."""
+    log = Path(a.log_err) if a.log_err else a.run.log_paths(a.job_id)[1]
+    return error_line(log, start_offset(ledger, a.job_id))
+
+
+def give_up(run: RunDir, reason: str, log_err: str | None, error: str | None = None) -> None:
+    """Mark the run failed: failed.json and the ledger's ``failed`` quote the job's error line."""
+    run.mark_failed(reason, log_tail=log_err, error=error)
+    run.append_ledger("failed", reason=reason, log_tail=log_err, **({"error": error} if error else {}))
+    print(f"[continuation] run {run.name} marked failed: {reason}; log: {log_err or '-'}", file=sys.stderr)
+    notify.tell(run, "failed", error or reason)  # the webhook, if any (hpc/job/notify.py)
+
+
+# -- command line ---------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m hpc.job.continuation", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in ("begin", "end"):
+        s = sub.add_parser(name)
+        s.add_argument("--run_dir", type=Path, required=True)
+        s.add_argument("--model_dir", type=Path, required=True)
+        s.add_argument("--job_id", default=os.environ.get("SLURM_JOB_ID", "local"))
+    b = sub.choices["begin"]
+    b.add_argument("--successor", type=Path, default=None, metavar="SCRIPT",
+                   help="queue SCRIPT to follow this job (afterany), whatever ends it")
+    b.add_argument("--max_resubmits", type=int, default=Limits.max_resubmits)
+    b.add_argument("--max_failures", type=int, default=Limits.max_failures)
+    e = sub.choices["end"]
+    e.add_argument("--exit_code", type=int, required=True)
+    e.add_argument("--mode", choices=MODES, required=True)
+    e.add_argument("--script", type=Path, required=True)
+    e.add_argument("--max_resubmits", type=int, required=True)
+    e.add_argument("--max_failures", type=int, required=True)
+    e.add_argument("--log_err", default=None)
+    e.add_argument("--packed", action="store_true", help="a run of a pack job: record and decide, continue nothing")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[continuation] %(message)s", stream=sys.stderr)
+    run = RunDir(args.run_dir)
+    if args.command == "begin":
+        return begin(run, args.model_dir, args.job_id, int(os.environ.get("SLURM_RESTART_COUNT") or 0),
+                     args.successor, Limits(args.max_resubmits, args.max_failures))
+    end(EndArgs(run, args.model_dir, args.job_id, args.exit_code, args.mode, args.script,
+                args.max_resubmits, args.max_failures, args.log_err,
+                int(os.environ.get("SLURM_RESTART_COUNT") or 0), args.packed))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""In-job side: when does this job end, and does the next step fit before it?
+
+Every Slurm tool stops a job at a fixed signal offset and lets the work in flight
+die: for agentic RL that is a step's rollouts, minutes of GPU time. The trainer
+(and the step double) therefore asks this module before each step, and before a
+validation that is due, whether it would end before the job's stop signal can
+come; when it would not, it starts nothing, exits 75 and the job continues the
+run at once. SIGUSR1/SIGTERM stay the safety net (docs/design.md, "How a job ends").
+
+- **The end** is Slurm's EndTime of the job, read in the job with ``scontrol show
+  job`` and re-read at most every ``END_TIME_MAX_AGE`` seconds, so a requeue or an
+  ``scontrol update JobId=.. TimeLimit=..`` is seen before the next step.
+  ``HPC_JOB_END_TIME`` (epoch seconds) overrides it (runs outside Slurm, tests).
+  No end known: the rule is off (the caller says so once).
+- **The deadline** is when the stop signal may come: end - ``HPC_SIGNAL_GRACE``
+  (the job's ``--signal_grace``, exported by the job script) - a margin. Slurm
+  sends ``--signal=B:USR1@grace`` on its 30 s time-limit tick, so the signal may
+  come up to 30 s before end - grace: the default margin is those 30 s.
+- **The prediction** of a step is the longest of the last ``recent`` steps
+  (``steps.jsonl`` ``seconds``: rollouts, training and the checkpoint save; across
+  jobs, so a job's first step has one too) times a safety factor; a validation's
+  likewise from ``validation.jsonl``. No history: no prediction, and the work starts.
+- **Stops** are recorded in ``<run>/stops.jsonl`` (``StopRecord``): why the
+  workload stopped, and the rollout-seconds it threw away.
+
+Stdlib only: the trainer and the step double import it in the job.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone, tzinfo
+from typing import Callable, Mapping, Sequence
+
+from hpc.run.rundir import RunDir
+
+END_TIME_ENV = "HPC_JOB_END_TIME"  # epoch seconds; wins over Slurm (outside Slurm, tests)
+GRACE_ENV = "HPC_SIGNAL_GRACE"  # the job's --signal_grace, exported by sbatch/_job_control.sh.j2
+END_TIME_MAX_AGE = 30.0  # seconds a value read from Slurm is trusted before it is read again
+STOP_REASONS = ("boundary", "signal", "finished")
+_END_TIME = re.compile(r"(?:^|\s)EndTime=(\S+)")
+
+
+class EndTimeError(ValueError):
+    """A setting the rule cannot use (a bad HPC_JOB_END_TIME or HPC_SIGNAL_GRACE), as one line."""
+
+
+# -- when the job ends --------------------------------------------------------------------
+
+
+def parse_slurm_time(text: str, tz: tzinfo = timezone.utc) -> float | None:
+    """Epoch seconds of a Slurm timestamp (``2026-11-25T08:46:36``), which Slurm prints
+    in the local time of the process that asked (its TZ); None for Unknown/None/N/A."""
+    try:
+        return datetime.fromisoformat(text.strip()).replace(tzinfo=tz).timestamp()
+    except ValueError:
+        return None
+
+
+def end_time_from_scontrol(output: str, tz: tzinfo = timezone.utc) -> float | None:
+    """The ``EndTime=`` of ``scontrol show job -o ID``'s line, or None."""
+    match = _END_TIME.search(output)
+    return parse_slurm_time(match.group(1), tz) if match else None
+
+
+def end_time_from_squeue(output: str, tz: tzinfo = timezone.utc) -> float | None:
+    """``squeue -h -j ID -o %e``'s one line, or None."""
+    lines = output.split()
+    return parse_slurm_time(lines[0], tz) if len(lines) == 1 else None
+
+
+def query_slurm_end(job_id: str) -> float | None:
+    """Ask Slurm for the job's end time. It prints local time: we make that UTC (TZ) in
+    its standard format (SLURM_TIME_FORMAT), so the reading never depends on the node's
+    zone. None when Slurm does not answer (the rule then waits for the next reading)."""
+    env = {**os.environ, "TZ": "UTC0", "SLURM_TIME_FORMAT": "standard"}
+    try:
+        result = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
+                                timeout=20, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return end_time_from_scontrol(result.stdout) if result.returncode == 0 else None
+
+
+def _number(env: Mapping[str, str], name: str, what: str) -> float | None:
+    text = env.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise EndTimeError(f"{name}={text!r} is not usable: expected {what}")
+    return value
+
+
+@dataclass
+class JobEnd:
+    """The job's end time: ``HPC_JOB_END_TIME`` if set, else Slurm's for ``SLURM_JOB_ID``
+    (read again once ``max_age`` seconds old), else None."""
+
+    env: Mapping[str, str]
+    read_slurm: Callable[[str], float | None] = query_slurm_end
+    clock: Callable[[], float] = time.monotonic
+    max_age: float = END_TIME_MAX_AGE
+    _cached: tuple[float, float | None] | None = field(default=None, repr=False)  # (read at, value)
+
+    def get(self) -> float | None:
+        override = _number(self.env, END_TIME_ENV, "the job's end as epoch seconds")
+        if override is not None:
+            return override
+        job_id = self.env.get("SLURM_JOB_ID", "")
+        if not job_id.isdigit():
+            return None
+        now = self.clock()
+        if self._cached is None or now - self._cached[0] >= self.max_age or self._cached[1] is None:
+            self._cached = (now, self.read_slurm(job_id))
+        return self._cached[1]
+
+    @property
+    def source(self) -> str:
+        return END_TIME_ENV if self.env.get(END_TIME_ENV, "").strip() else "Slurm"
+
+
+def signal_grace(env: Mapping[str, str]) -> float:
+    """Seconds before the end at which the job is told to stop (0 outside a job)."""
+    return _number(env, GRACE_ENV, "seconds (the job's --signal_grace)") or 0.0
+
+
+# -- how long the next step takes ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BoundarySettings:
+    """The rule's knobs (trainer config keys ``boundary_*``, the step double's options)."""
+
+    recent_steps: int = 5  # the prediction is the longest of this many recent steps ...
+    safety_factor: float = 1.2  # ... times this
+    margin_seconds: float = 30.0  # kept free before end - grace: Slurm's time-limit tick may signal that early
+
+
+DEFAULT_SETTINGS = BoundarySettings()
+
+
+def predict(durations: Sequence[float], settings: BoundarySettings) -> float | None:
+    """The longest of the last ``recent_steps`` durations times the safety factor; None
+    without any (a run's first step, or its first validation)."""
+    recent = [d for d in list(durations)[-settings.recent_steps:] if d >= 0]
+    return max(recent) * settings.safety_factor if recent else None
+
+
+def step_durations(run: RunDir) -> list[float]:
+    """Seconds of every trained step so far, oldest first (steps.jsonl, across jobs)."""
+    return [float(s["seconds"]) for s in run.read_steps() if isinstance(s.get("seconds"), (int, float))]
+
+
+def validation_durations(run: RunDir) -> list[float]:
+    """Seconds of every recorded validation so far (validation.jsonl ``seconds``)."""
+    return [float(v["seconds"]) for v in run.read_validations() if isinstance(v.get("seconds"), (int, float))]
+
+
+# -- the decision ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether the next piece of work starts, with the figures it was decided on."""
+
+    fits: bool
+    predicted: float | None  # seconds the work is predicted to take (None: no history)
+    seconds_left: float | None  # seconds from now to the deadline (None: the end is unknown)
+
+    def describe(self, what: str) -> str:
+        return (f"{what} would not end before the job's stop signal may come: predicted "
+                f"{self.predicted:.1f}s, {self.seconds_left:.1f}s left")
+
+
+def decide(predicted: float | None, seconds_left: float | None) -> Decision:
+    """Start unless both are known and the prediction does not fit in the time left."""
+    fits = predicted is None or seconds_left is None or predicted <= seconds_left
+    return Decision(fits, predicted, seconds_left)
+
+
+@dataclass
+class BoundaryRule:
+    """The rule, as one job applies it before each step (and each due validation)."""
+
+    end: JobEnd
+    grace: float
+    settings: BoundarySettings = DEFAULT_SETTINGS
+    enabled: bool = True
+    clock: Callable[[], float] = time.time
+    say: Callable[[str], None] = print
+    _off_said: bool = field(default=False, repr=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], settings: BoundarySettings, *, enabled: bool = True,
+                 say: Callable[[str], None] = print) -> BoundaryRule:
+        """The job's rule; an unusable HPC_SIGNAL_GRACE or HPC_JOB_END_TIME is an EndTimeError now."""
+        rule = cls(JobEnd(env), signal_grace(env), settings, enabled, say=say)
+        if enabled:
+            rule.end.get()
+        return rule
+
+    def seconds_left(self) -> float | None:
+        """Seconds until the stop signal may come, or None (rule off, or no end known)."""
+        if not self.enabled:
+            return None
+        end = self.end.get()
+        if end is None:
+            self._say_off_once()
+            return None
+        return end - self.grace - self.settings.margin_seconds - self.clock()
+
+    def check(self, durations: Sequence[float]) -> Decision:
+        """Does work like ``durations`` (the recent ones of its kind) fit before the deadline?"""
+        return decide(predict(durations, self.settings), self.seconds_left())
+
+    def describe(self) -> str:
+        """One line for the job log: what the rule will do in this job."""
+        if not self.enabled:
+            return "stop at a step boundary: off (the stop signal alone ends the job's work)"
+        end = self.end.get()
+        if end is None:
+            self._off_said = True
+            return "stop at a step boundary: off (the job's end time is not known: no Slurm job, no HPC_JOB_END_TIME)"
+        s = self.settings
+        when = datetime.fromtimestamp(end, timezone.utc).isoformat(timespec="seconds")
+        return (f"stop at a step boundary: the job ends {when} ({self.end.source}); a step starts only if the "
+                f"longest of the last {s.recent_steps} x {s.safety_factor} ends {self.grace:.0f}s (signal grace) "
+                f"+ {s.margin_seconds:.0f}s (margin) before that")
+
+    def _say_off_once(self) -> None:
+        if not self._off_said:
+            self._off_said = True
+            self.say("stop at a step boundary: off for now (the job's end time is not known)")
+
+
+# -- what a stop threw away --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StopRecord:
+    """One line of ``<run>/stops.jsonl`` (RunDir.append_stop adds job_id and time)."""
+
+    step: int  # steps done: the checkpoint the next job resumes from
+    reason: str  # one of STOP_REASONS
+    lost_rollout_seconds: float = 0.0  # rollout-seconds started and not trained on
+    predicted_step_seconds: float | None = None
+    seconds_left: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.reason not in STOP_REASONS:
+            raise ValueError(f"unknown stop reason {self.reason!r}; known: {', '.join(STOP_REASONS)}")
+
+    @classmethod
+    def boundary(cls, step: int, decision: Decision) -> StopRecord:
+        return cls(step, "boundary", 0.0, _rounded(decision.predicted), _rounded(decision.seconds_left))
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def record_stop(run: RunDir, record: StopRecord) -> None:
+    run.append_stop({**asdict(record), "lost_rollout_seconds": round(record.lost_rollout_seconds, 3)})

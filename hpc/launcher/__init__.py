@@ -1,0 +1,1 @@
+"""The launcher: runs on the login node (validate, render, submit; stdlib + Jinja + PyYAML)."""

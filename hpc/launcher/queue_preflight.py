@@ -1,0 +1,101 @@
+"""The trainer's preflight on the login node, before a job is queued.
+
+A job that cannot work (no data, no scenarios, a missing key, a backend its
+environment lacks, a model missing from an offline cluster's HF cache, an
+output folder it cannot write) would otherwise wait its turn in the queue,
+hours on a busy cluster, only to fail in seconds. So ``hpc.launch`` runs
+trainer/training/preflight.py ``--where login`` with the job's environment before it
+submits, and refuses (exit 1, nothing submitted or written) with the checks'
+own one-line fixes when one fails for good; ``--no_preflight`` skips it.
+
+The checks run in a child process: litellm, httpx and the trainer's config
+loader stay out of the launcher (``--dry_run`` must stay import-light).
+Failures the login node cannot settle, the judge or W&B not answering
+(transient: a login node without the network, a judge that is only down for
+now), are said and the job is queued anyway: it checks again on its node.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from hpc.launcher.jobspec import DEFAULT_ENTRYPOINT, REPO_DIR, JobSpec
+
+TIMEOUT = 300  # seconds for the whole check (the judge's own timeout is the config's preflight_timeout)
+EXIT_PERMANENT = 78  # trainer/training/preflight.py: a failure the run cannot outgrow
+EXIT_TRANSIENT = 69  # trainer/training/preflight.py: every failure may pass later (network, a busy judge)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What the login-side preflight said: its exit code, its listing, and how long it took."""
+
+    code: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def failed_lines(self) -> list[str]:
+        return [line for line in self.stdout.splitlines() if line.startswith("FAILED")]
+
+    @property
+    def broken(self) -> str | None:
+        """Why the checks could not run at all (a crash, a bad config), else None."""
+        if self.code in (0, EXIT_PERMANENT, EXIT_TRANSIENT) and (self.code == 0 or self.failed_lines):
+            return None
+        return (self.stderr.strip().splitlines() or ["no output"])[-1]
+
+
+def applies(spec: JobSpec) -> bool:
+    """The checks are the trainer's: they apply when the job runs the trainer."""
+    return spec.entrypoint == DEFAULT_ENTRYPOINT
+
+
+def job_env(spec: JobSpec) -> dict[str, str]:
+    """The job's environment as the preflight needs it: the merged dotenv (secrets included: the
+    judge's key is checked, never printed) and what the job script adds (run, model folder, internet)."""
+    served = getattr(spec, "judge", None)  # --judge_serve: a judge only the job can ask
+    return {**os.environ, **spec.env.values, "HPC_RUN_DIR": str(spec.run_dir.path),
+            "HPC_MODEL_DIR": str(spec.model_dir), "HPC_NO_INTERNET": "0" if spec.cluster.internet else "1",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True", **({"HPC_JUDGE_SERVED": served.model} if served else {})}
+
+
+def run(spec: JobSpec) -> Result:
+    """trainer/training/preflight.py --where login for this job, in a child process."""
+    command = [sys.executable, "-m", "trainer.preflight", "--config", spec.config, "--where", "login",
+               *spec.train_args]
+    began = time.monotonic()
+    try:
+        done = subprocess.run(command, cwd=REPO_DIR, env=job_env(spec), capture_output=True, text=True,
+                              timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return Result(-1, "", f"the checks did not finish within {TIMEOUT} s", time.monotonic() - began)
+    return Result(done.returncode, done.stdout, done.stderr, time.monotonic() - began)
+
+
+def gate(spec: JobSpec) -> bool:
+    """Before submitting: True to go on (the checks passed, or only the network let them down),
+    False (said on stderr, with each failed check's fix) to submit nothing."""
+    result = run(spec)
+    failed = result.failed_lines
+    if result.broken is not None:
+        print(f"hpc.launch: the preflight could not run ({result.broken}); nothing submitted "
+              "(--no_preflight skips it)", file=sys.stderr)
+        return False
+    if result.code == EXIT_PERMANENT:
+        print(f"hpc.launch: preflight on the login node failed for run {spec.job_name}; nothing submitted "
+              "(--no_preflight skips it):", file=sys.stderr)
+        for line in failed:
+            print(f"  {line}", file=sys.stderr)
+        return False
+    checks = sum(1 for line in result.stdout.splitlines() if line.startswith(("ok ", "FAILED")))
+    print(f"preflight on the login node: {checks - len(failed)} of {checks} checks passed "
+          f"({result.seconds:.1f} s)")
+    for line in failed:
+        print(f"  {line} (not settled from this login node; the job checks it again on its node)")
+    return True

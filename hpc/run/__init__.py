@@ -1,0 +1,1 @@
+"""The run directory and what reads it (checkpoints, ownership, accounting, report)."""

@@ -1,0 +1,815 @@
+"""Where a run's GPU-hours went: ``python -m hpc.accounting RUN [--runs_dir DIR]``.
+
+Login side (status.sh's runs view, the run report, this command). Stdlib only
+and one ``sacct`` call for any number of runs, because status.sh runs it every
+few seconds on a login node.
+
+Sources, all read through hpc/run/rundir.py except Slurm's own record:
+
+- ``sacct -X -D`` (:func:`query_sacct`): every run of every job of the run (a
+  requeued job keeps its id and has one row per run): submit, start, end,
+  elapsed seconds, nodes, and the GPUs in ``AllocTRES``;
+- the ledger: which jobs are the run's, the cluster they ran on (whose
+  ``whole_nodes`` and ``gpus_per_node`` say how a job is charged), and how each
+  job run ended (``job_end``'s outcome);
+- ``steps.jsonl``: each trained step's seconds, end time and job;
+- ``stops.jsonl``: why each job's workload stopped, and the rollout-seconds it
+  threw away;
+- ``progress.json`` / ``done.json``: steps done and the total.
+
+Each job run's allocated time (start to end, or to now while it runs) is cut
+into segments (``KINDS``): ``starting`` until its first step began (model load,
+vLLM start), ``training`` during steps, ``between`` between steps (validation),
+``lost`` from the last step to the stop when a step in flight was thrown away
+(rollouts abandoned, a crash, a job that ended without its end hook),
+``idle`` from there to the job's end (stopping, a step that would not fit),
+and ``in_flight`` for the step a running job is on, or ``stalled`` instead once
+the run is flagged STALLED (hpc/run/health.py: no step for 3x its usual step time):
+a running job's time since its last step (or its start) is then lost. Before a job run starts it
+is ``queued``: from its submission (a requeued run: from the requeue), or from
+the end of the run's previous job run when it was submitted earlier (chain,
+afterany), to its start.
+
+Charged GPU-hours = elapsed x the job's GPUs: the GPUs Slurm allocated
+(``gres/gpu`` of AllocTRES), or, where the cluster charges whole nodes, nodes x
+the node's GPUs. A job run several runs share (a pack job, hpc/launcher/packing.py: each
+member's ``begin`` hook records a ``job_start`` for it, with ``pack_runs``, how
+many share it; without that field, the runs whose ledgers have a ``job_start`` in
+it are counted) is charged to each of them in equal parts. Goodput = productive step GPU-hours / charged GPU-hours
+(a step in flight counts in neither).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from hpc.run.rundir import RunDir
+
+FS = "\x1f"  # sacct's field delimiter here: no field holds it
+SACCT_FIELDS = ("JobID", "State", "Submit", "Eligible", "Start", "End", "ElapsedRaw", "NNodes", "AllocTRES")
+# A successor (hpc/job/successor.py) is submitted when its predecessor starts, hours before the
+# ``resubmit`` that names it: its ``successor`` record is its submission.
+SUBMITTING_EVENTS = ("submit", "chain", "successor", "resubmit")
+# A sacct row submitted this long before the ledger first names its job id is another job
+# that had the id (a Slurm whose job ids started again), not the run's.
+ID_REUSE_SLACK = timedelta(minutes=10)
+MATCH_SLACK = timedelta(seconds=90)  # records written just after a job run's end still belong to it
+EARLY = timedelta(seconds=2)  # sacct and the run's records round to whole seconds
+RECENT_JOB_RUNS = 3  # GPU-h per step is measured over the run's latest job runs that trained
+RECENT_STEPS = 10
+
+KINDS = ("queued", "starting", "training", "between", "in_flight", "stalled", "lost", "idle")
+LABELS = {
+    "queued": "queued",
+    "starting": "starting (model load, vLLM)",
+    "training": "training steps",
+    "between": "validation, between steps",
+    "in_flight": "step in flight",
+    "stalled": "stalled (no step since, flagged STALLED)",
+    "lost": "lost work (abandoned, crashed)",
+    "idle": "idle, stopping",
+}
+WASTED = ("starting", "between", "stalled", "lost", "idle")  # allocated time that trained nothing
+SHORT = {"starting": "start-up", "between": "validation", "stalled": "stalled", "lost": "abandoned", "idle": "idle"}
+ENDED_BADLY = ("failed",)  # job_end outcomes whose step in flight died with the job
+
+
+class SacctError(RuntimeError):
+    """sacct could not be asked (missing, failing, timing out); the message says why."""
+
+
+# -- records ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SacctRow:
+    """One row of ``sacct -X -D``: one run of a job (a requeued job has one per run)."""
+
+    job_id: str
+    state: str
+    submit: datetime | None
+    eligible: datetime | None
+    start: datetime | None
+    end: datetime | None  # None while it runs (or waits)
+    elapsed: int  # seconds, sacct's ElapsedRaw (up to now while it runs)
+    nodes: int
+    gpus: int  # gres/gpu of AllocTRES: the whole allocation's GPUs
+
+
+@dataclass(frozen=True)
+class Charging:
+    """How a cluster charges a job's GPUs (hpc/launcher/clusters.yaml)."""
+
+    cluster: str
+    whole_nodes: bool  # every GPU of the job's nodes, whatever it asked for
+    gpus_per_node: int
+
+    def gpus(self, row: SacctRow) -> int:
+        return row.nodes * self.gpus_per_node if self.whole_nodes else row.gpus
+
+    def describe(self) -> str:
+        if self.whole_nodes:
+            return f"{self.cluster} charges whole nodes: {self.gpus_per_node} GPU(s) per node, whatever a job asks for"
+        return f"{self.cluster} charges the GPUs a job is allocated"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One trained step of steps.jsonl."""
+
+    step: int
+    job_id: str
+    start: datetime
+    end: datetime
+    seconds: float
+    reward_spread: float | None = None
+
+
+@dataclass(frozen=True)
+class Stop:
+    """One record of stops.jsonl (the stops contract: docs/design.md)."""
+
+    job_id: str
+    time: datetime
+    reason: str
+    lost_rollout_seconds: float
+
+
+@dataclass(frozen=True)
+class Segment:
+    kind: str  # one of KINDS
+    start: datetime
+    end: datetime
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, (self.end - self.start).total_seconds())
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One run of one job, as far as this run is concerned."""
+
+    job_id: str
+    attempt: int  # 0, then 1 after the job's first requeue, ...
+    state: str
+    submit: datetime | None
+    start: datetime | None
+    end: datetime | None  # None while it runs or waits
+    elapsed: float  # seconds allocated
+    nodes: int
+    gpus: int  # GPUs charged for the job run (all of them, before sharing)
+    share: int  # runs sharing the job run (a pack job), each charged 1/share
+    segments: tuple[Segment, ...]
+    steps: int
+    productive: float  # seconds of the steps trained in it
+    lost_rollout_seconds: float
+    stop_reason: str | None
+
+    def seconds(self, kind: str) -> float:
+        return sum(s.seconds for s in self.segments if s.kind == kind)
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.elapsed * self.gpus / self.share / 3600
+
+    @property
+    def node_hours(self) -> float:
+        return self.elapsed * self.nodes / self.share / 3600
+
+    def kind_gpu_hours(self, kind: str) -> float:
+        return self.seconds(kind) * self.gpus / self.share / 3600
+
+    @property
+    def weight(self) -> float:
+        """What an allocated second of this job run costs: its GPUs, else its nodes (CPU-only jobs)."""
+        return (self.gpus or self.nodes or 1) / self.share
+
+    @property
+    def label(self) -> str:
+        return f"{self.job_id}" + (f" (run {self.attempt + 1})" if self.attempt else "")
+
+
+@dataclass(frozen=True)
+class RunAccounting:
+    """A run's GPU-hours: charged, productive, lost, and what finishing will take."""
+
+    run: str
+    charging: Charging | None
+    jobs: tuple[JobRun, ...]
+    steps_done: int
+    total_steps: int | None
+    finished: bool
+    restart_gaps: tuple[float, ...]  # seconds from a job run's end to the next one's first step
+    step_seconds: float | None  # median of the recent steps
+    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(j.gpu_hours for j in self.jobs)
+
+    @property
+    def node_hours(self) -> float:
+        return sum(j.node_hours for j in self.jobs)
+
+    @property
+    def productive_gpu_hours(self) -> float:
+        return sum(j.productive * j.gpus / j.share / 3600 for j in self.jobs)
+
+    def lost_gpu_hours(self, kind: str | None = None) -> float:
+        kinds = WASTED if kind is None else (kind,)
+        return sum(j.kind_gpu_hours(k) for j in self.jobs for k in kinds)
+
+    @property
+    def goodput(self) -> float | None:
+        """Productive step time / allocated time, each second weighted by what it costs."""
+        allocated = sum((j.elapsed - j.seconds("in_flight")) * j.weight for j in self.jobs)
+        productive = sum(j.productive * j.weight for j in self.jobs)
+        return min(1.0, productive / allocated) if allocated > 0 else None
+
+    @property
+    def queue_wait(self) -> float:
+        return sum(j.seconds("queued") for j in self.jobs)
+
+    @property
+    def lost_rollout_seconds(self) -> float:
+        return sum(j.lost_rollout_seconds for j in self.jobs)
+
+    @property
+    def gpu_hours_per_step(self) -> float | None:
+        """All-in GPU-h per step over the latest job runs that trained: start-ups, validation
+        and stops included, as the remaining steps will pay them too (a stall, a fault, is not)."""
+        recent = [j for j in self.jobs if j.steps][-RECENT_JOB_RUNS:]
+        steps = sum(j.steps for j in recent)
+        spent = sum(j.gpu_hours - j.kind_gpu_hours("in_flight") - j.kind_gpu_hours("stalled") for j in recent)
+        return spent / steps if steps else None
+
+    @property
+    def step_gpu_hours(self) -> float | None:
+        """A recent step's own GPU-h (its seconds x the GPUs of the latest job run)."""
+        if self.step_seconds is None or not self.jobs:
+            return None
+        latest = self.jobs[-1]
+        return self.step_seconds * latest.gpus / latest.share / 3600
+
+    @property
+    def remaining_steps(self) -> int | None:
+        if self.finished:
+            return 0
+        return None if self.total_steps is None else max(0, self.total_steps - self.steps_done)
+
+    @property
+    def projected_gpu_hours(self) -> float | None:
+        """GPU-hours to finish: remaining steps x the recent all-in GPU-h per step."""
+        per_step, remaining = self.gpu_hours_per_step, self.remaining_steps
+        if remaining == 0:
+            return 0.0
+        return None if per_step is None or remaining is None else remaining * per_step
+
+
+# -- sacct -----------------------------------------------------------------------------------------
+
+
+def sacct_command(job_ids: Iterable[str]) -> list[str]:
+    return ["sacct", "-X", "-D", "-n", "-P", f"--delimiter={FS}", "-j", ",".join(job_ids),
+            "-o", ",".join(SACCT_FIELDS)]
+
+
+def query_sacct(job_ids: Iterable[str], timeout: float = 60) -> list[SacctRow]:
+    """Every run of these jobs, in one sacct call (none asked: none returned)."""
+    ids = sorted({j for j in job_ids if j and j.split("_")[0].isdigit()}, key=lambda j: (len(j), j))
+    if not ids:
+        return []
+    try:
+        result = subprocess.run(sacct_command(ids), capture_output=True, text=True, errors="replace",
+                                timeout=timeout)
+    except FileNotFoundError:
+        raise SacctError("'sacct' not found: the Slurm client commands are not installed or not on PATH") from None
+    except subprocess.TimeoutExpired:
+        raise SacctError(f"sacct did not answer within {timeout:.0f} s") from None
+    if result.returncode != 0:
+        first = next((line for line in (result.stderr + result.stdout).splitlines() if line.strip()), "?")
+        raise SacctError(f"sacct failed: {first.strip()}")
+    return parse_sacct(result.stdout)
+
+
+def parse_sacct(text: str) -> list[SacctRow]:
+    """Rows of ``sacct -X -D -n -P --delimiter=\\x1f -o SACCT_FIELDS``; odd lines are skipped."""
+    rows = []
+    for line in text.splitlines():
+        parts = line.split(FS)
+        if len(parts) == len(SACCT_FIELDS):
+            rows.append(sacct_row(dict(zip(SACCT_FIELDS, parts))))
+    return rows
+
+
+def sacct_row(f: dict[str, str]) -> SacctRow:
+    return SacctRow(job_id=f["JobID"], state=(f["State"].split() or ["?"])[0], submit=sacct_time(f["Submit"]),
+                    eligible=sacct_time(f["Eligible"]), start=sacct_time(f["Start"]), end=sacct_time(f["End"]),
+                    elapsed=to_int(f["ElapsedRaw"]), nodes=to_int(f["NNodes"]), gpus=tres_gpus(f["AllocTRES"]))
+
+
+def sacct_time(text: str) -> datetime | None:
+    """sacct prints local time without a zone; "Unknown"/"None" while not yet known."""
+    try:
+        return datetime.fromisoformat(text.strip()).astimezone()
+    except ValueError:
+        return None
+
+
+def to_int(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return 0
+
+
+def tres_gpus(tres: str) -> int:
+    """GPUs in a TRES string (``billing=2,cpu=2,gres/gpu=4,mem=2G,node=2``: 4; none: 0)."""
+    for item in tres.split(","):
+        name, _, count = item.partition("=")
+        if name == "gres/gpu":
+            return to_int(count)
+    return 0
+
+
+def latest_states(rows: Iterable[SacctRow]) -> dict[str, str]:
+    """Each job's state in its latest run (a requeued job's earlier runs say REQUEUED)."""
+    states: dict[str, str] = {}
+    for row in sorted(rows, key=row_order):
+        states[row.job_id] = row.state
+    return states
+
+
+def row_order(row: SacctRow) -> tuple[datetime, datetime]:
+    far = datetime.max.replace(tzinfo=timezone.utc)
+    return row.start or far, row.submit or far
+
+
+# -- the run's records -------------------------------------------------------------------------------
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An ISO-8601 time of the run's records (UTC, hpc.run.rundir.utc_now), aware."""
+    try:
+        moment = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def read_steps(run: RunDir) -> list[Step]:
+    """steps.jsonl as records, in the order they were trained; records without times are skipped."""
+    steps = []
+    for record in objects(run.read_steps):
+        end, seconds = parse_time(record.get("ended")), number(record.get("seconds"))
+        start = parse_time(record.get("started")) if seconds is None else None
+        if end is None or (seconds is None and start is None):
+            continue
+        seconds = seconds if seconds is not None else (end - start).total_seconds()  # type: ignore[operator]
+        steps.append(Step(int(record.get("step") or 0), str(record.get("job_id", "")), end - timedelta(seconds=seconds),
+                          end, seconds, number(record.get("reward_spread"))))
+    return steps
+
+
+def read_stops(run: RunDir) -> list[Stop]:
+    stops = []
+    for record in objects(run.read_stops):
+        moment = parse_time(record.get("time"))
+        if moment is not None:
+            stops.append(Stop(str(record.get("job_id", "")), moment, str(record.get("reason", "")),
+                              number(record.get("lost_rollout_seconds")) or 0.0))
+    return stops
+
+
+def run_job_ids(ledger: list[dict[str, Any]]) -> list[str]:
+    """The run's jobs, in the order the ledger first names them."""
+    return list(dict.fromkeys(str(r["job_id"]) for r in ledger if r.get("job_id")))
+
+
+def cluster_of(ledger: list[dict[str, Any]]) -> str | None:
+    """The cluster of the run's latest launch (submit and chain records name it)."""
+    return next((str(r["cluster"]) for r in reversed(ledger) if r.get("cluster")), None)
+
+
+def charging_of(cluster: str | None) -> Charging | None:
+    """How ``cluster`` charges (hpc/launcher/clusters.yaml); None when it is not in the registry."""
+    if cluster is None:
+        return None
+    from hpc.launcher.clusters import load_registry  # PyYAML: only when some job is to be charged
+
+    found = load_registry().clusters.get(cluster)
+    return None if found is None else Charging(cluster, found.whole_nodes, found.gpus_per_node)
+
+
+class Owners:
+    """Which job run a record of a job belongs to: the latest run of that job id started by
+    the record's time (a requeued job's runs follow each other closely), if the record is
+    not later than that run's end (give or take MATCH_SLACK; a running one runs until now)."""
+
+    def __init__(self, rows: Iterable[SacctRow], now: datetime):
+        self.now = now
+        self.by_id: dict[str, list[SacctRow]] = {}
+        for row in sorted((r for r in rows if r.start is not None), key=row_order):
+            self.by_id.setdefault(row.job_id, []).append(row)
+
+    def of(self, job_id: str, moment: datetime) -> SacctRow | None:
+        started = [r for r in self.by_id.get(job_id, []) if r.start - EARLY <= moment]  # type: ignore[operator]
+        if not started:
+            return None
+        row = started[-1]
+        return row if moment <= (row.end or self.now) + MATCH_SLACK else None
+
+
+def rows_of_run(ledger: list[dict[str, Any]], rows: Iterable[SacctRow], now: datetime) -> list[SacctRow]:
+    """The sacct rows of the run's jobs. Job ids come again (a Slurm whose ids started
+    over), so a row counts only when it fits the ledger: submitted after the ledger
+    first submitted its id, or, for a job the ledger only saw start, holding that start."""
+    first: dict[str, datetime] = {}
+    for record in ledger:
+        moment = parse_time(record.get("time"))
+        if record.get("event") in SUBMITTING_EVENTS and record.get("job_id") and moment is not None:
+            first.setdefault(str(record["job_id"]), moment)
+    ids = set(run_job_ids(ledger))
+    candidates = [r for r in rows if r.job_id in ids]
+    owners = Owners(candidates, now)
+    started = {id(owners.of(job, moment)) for job, moments in job_starts([ledger]).items() for moment in moments}
+
+    def ours(row: SacctRow) -> bool:
+        if row.job_id in first:
+            return row.submit is None or row.submit >= first[row.job_id] - ID_REUSE_SLACK
+        return id(row) in started
+
+    return [row for row in candidates if ours(row) and not never_ran(row)]
+
+
+def never_ran(row: SacctRow) -> bool:
+    """Ended without starting: a successor (or chained job) cancelled while it waited costs nothing."""
+    return row.start is None and row.end is not None
+
+
+def job_starts(ledgers: Iterable[list[dict[str, Any]]]) -> dict[str, list[datetime]]:
+    """When runs' ``begin`` hooks started each job, over several runs' ledgers: a job run
+    with N starts was shared by N runs (a pack job)."""
+    starts: dict[str, list[datetime]] = {}
+    for ledger in ledgers:
+        for record in ledger:
+            moment = parse_time(record.get("time"))
+            if record.get("event") == "job_start" and record.get("job_id") and moment is not None:
+                starts.setdefault(str(record["job_id"]), []).append(moment)
+    return starts
+
+
+def sharing(starts: dict[str, list[datetime]], owners: Owners, row: SacctRow) -> int:
+    """How many runs' begin hooks started this job run (1 unless it is a pack job's)."""
+    return max(1, sum(1 for moment in starts.get(row.job_id, []) if owners.of(row.job_id, moment) is row))
+
+
+# -- one job run ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the run's files say about one job run."""
+
+    steps: list[Step]
+    stop: Stop | None
+    ended_badly: bool  # its workload failed, or it ended without its end hook
+    pack_runs: int | None = None  # its job_start's: runs sharing the job (a pack job, hpc/job/pack.py)
+    stalled: bool = False  # it runs, and the run is flagged STALLED (hpc/run/health.py)
+
+
+NO_FACTS = JobFacts([], None, False)  # a job run that has not started
+
+
+def facts_by_row(owners: Owners, files: RunFiles) -> dict[int, JobFacts]:
+    """The steps, stop and end hook of each job run (by ``id`` of its row): every record
+    goes to the one job run that owns it."""
+    steps: dict[int, list[Step]] = {}
+    stops: dict[int, Stop] = {}
+    hooks: dict[int, dict[str, dict[str, Any]]] = {}
+    for step in files.steps:
+        row = owners.of(step.job_id, step.end)
+        if row is not None:
+            steps.setdefault(id(row), []).append(step)
+    for stop in files.stops:
+        row = owners.of(stop.job_id, stop.time)
+        if row is not None:
+            stops[id(row)] = stop  # the last one
+    for record in files.ledger:
+        moment = parse_time(record.get("time"))
+        row = owners.of(str(record.get("job_id")), moment) if moment is not None else None
+        if row is not None and record.get("event") in ("job_start", "job_end"):
+            hooks.setdefault(id(row), {})[record["event"]] = record
+    return {key: job_facts(row, steps.get(key, []), stops.get(key), hooks.get(key, {}))
+            for key, row in ((id(r), r) for rows in owners.by_id.values() for r in rows)}
+
+
+def job_facts(row: SacctRow, steps: list[Step], stop: Stop | None, hooks: dict[str, dict[str, Any]]) -> JobFacts:
+    """A job run whose begin hook ran but whose end hook did not died with its step in flight."""
+    hookless = row.end is not None and "job_start" in hooks and "job_end" not in hooks
+    pack_runs = hooks.get("job_start", {}).get("pack_runs")
+    return JobFacts(steps, stop, hookless or hooks.get("job_end", {}).get("outcome") in ENDED_BADLY,
+                    pack_runs if isinstance(pack_runs, int) and pack_runs >= 1 else None)
+
+
+def segments_of(row: SacctRow, ready: datetime | None, facts: JobFacts, now: datetime) -> list[Segment]:
+    """The job run's time, queued to its end, cut into KINDS."""
+    segments: list[Segment] = []
+    if ready is not None and (row.start or now) > ready:
+        segments.append(Segment("queued", ready, row.start or now))
+    if row.start is None:
+        return segments
+    end = row.end or now
+    cursor = row.start
+    for step in facts.steps:
+        begin = min(max(step.start, cursor), end)
+        if begin > cursor:
+            segments.append(Segment("starting" if cursor == row.start else "between", cursor, begin))
+        finish = min(max(step.end, begin), end)
+        segments.append(Segment("training", begin, finish))
+        cursor = finish
+    return segments + tail_segments(row, cursor, facts, now)
+
+
+def tail_segments(row: SacctRow, cursor: datetime, facts: JobFacts, now: datetime) -> list[Segment]:
+    """After the job run's last step (or its start, when it trained none)."""
+    trained = bool(facts.steps)
+    if row.end is None:
+        kind = "stalled" if facts.stalled else "in_flight" if trained else "starting"
+        return [Segment(kind, cursor, max(cursor, now))]
+    end = max(cursor, row.end)
+    stop_at = min(max(facts.stop.time, cursor), end) if facts.stop else None
+    if not trained:
+        return [Segment("starting", cursor, stop_at or end)] + ([Segment("idle", stop_at, end)] if stop_at else [])
+    if facts.stop is not None and facts.stop.lost_rollout_seconds > 0:
+        return [Segment("lost", cursor, stop_at), Segment("idle", stop_at, end)]  # type: ignore[arg-type]
+    if facts.ended_badly:
+        return [Segment("lost", cursor, end)]
+    if stop_at is not None:
+        return [Segment("between", cursor, stop_at), Segment("idle", stop_at, end)]
+    return [Segment("idle", cursor, end)]
+
+
+def job_run(row: SacctRow, attempt: int, ready: datetime | None, facts: JobFacts, gpus: int, share: int,
+            now: datetime) -> JobRun:
+    segments = tuple(s for s in segments_of(row, ready, facts, now) if s.seconds > 0)
+    elapsed = float(row.elapsed) if row.start is not None else 0.0
+    return JobRun(job_id=row.job_id, attempt=attempt, state=row.state, submit=row.submit, start=row.start,
+                  end=row.end, elapsed=elapsed, nodes=row.nodes, gpus=gpus, share=share, segments=segments,
+                  steps=len(facts.steps), productive=sum(s.seconds for s in segments if s.kind == "training"),
+                  lost_rollout_seconds=facts.stop.lost_rollout_seconds if facts.stop else 0.0,
+                  stop_reason=facts.stop.reason if facts.stop else None)
+
+
+# -- one run ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """A run's records, read once (status.sh reads every run every few seconds)."""
+
+    ledger: list[dict[str, Any]]
+    steps: list[Step]
+    stops: list[Stop]
+    progress: dict[str, Any]
+    done: dict[str, Any] | None
+    validations: list[dict[str, Any]] = field(default_factory=list)  # the health check's (a stall allows for them)
+
+    @classmethod
+    def read(cls, run: RunDir, ledger: list[dict[str, Any]] | None = None) -> RunFiles:
+        """Whatever is readable: a torn or odd file reads as empty, never as an error."""
+        return cls(objects(run.read_ledger) if ledger is None else ledger, read_steps(run), read_stops(run),
+                   marker(run.read_progress) or {}, marker(run.read_done), objects(run.read_validations))
+
+
+def objects(read: Callable[[], list[Any]]) -> list[dict[str, Any]]:
+    try:
+        return [r for r in read() if isinstance(r, dict)]
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def marker(read: Callable[[], Any]) -> dict[str, Any] | None:
+    try:
+        data = read()
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def account(name: str, files: RunFiles, rows: Iterable[SacctRow], charging: Charging | None,
+            starts: dict[str, list[datetime]] | None = None, now: datetime | None = None,
+            health: Any = None) -> RunAccounting:
+    """The run's accounting from its files and the sacct rows of its jobs (others are ignored).
+
+    ``starts``: job_start times of every run that may share a job with this one (job_starts);
+    default, this run's own (nothing shared). ``health``: the STALLED thresholds
+    (hpc.run.health.HealthSettings; default, its defaults)."""
+    now = now or datetime.now(timezone.utc)
+    starts = job_starts([files.ledger]) if starts is None else starts
+    ordered = sorted(rows_of_run(files.ledger, rows, now), key=row_order)
+    owners = Owners(ordered, now)
+    facts = facts_by_row(owners, files)
+    jobs, previous_end, attempts = [], None, {}
+    for row in ordered:
+        attempt = attempts[row.job_id] = attempts.get(row.job_id, -1) + 1
+        ready = max(filter(None, (row.submit, previous_end)), default=None)
+        gpus = charging.gpus(row) if charging else row.gpus
+        known = with_stall(facts.get(id(row), NO_FACTS), row, files, now, health)
+        share = known.pack_runs or sharing(starts, owners, row)
+        jobs.append(job_run(row, attempt, ready, known, gpus, share, now))
+        previous_end = row.end or previous_end
+    return RunAccounting(name, charging, tuple(jobs), *step_totals(files), restart_gaps(jobs),
+                         median_step(files.steps), now)
+
+
+def with_stall(known: JobFacts, row: SacctRow, files: RunFiles, now: datetime, settings: Any) -> JobFacts:
+    """A running job's facts, marked stalled when hpc/run/health.py flags the run STALLED."""
+    if row.end is not None or row.start is None or row.state != "RUNNING":
+        return known
+    from hpc.run import health  # it reads this module's records
+
+    flag = health.stalled(files.steps, files.validations, row.job_id, row.start, now,
+                          settings or health.HealthSettings())
+    return replace(known, stalled=flag is not None)
+
+
+def step_totals(files: RunFiles) -> tuple[int, int | None, bool]:
+    """Steps done, total steps and whether training is finished."""
+    done = files.done or {}
+    step = done.get("final_step", files.progress.get("step"))
+    if step is None and files.steps:
+        step = files.steps[-1].step
+    total = done.get("total_steps") or files.progress.get("total_steps")
+    return int(step or 0), (int(total) if isinstance(total, (int, float)) else None), bool(done)
+
+
+def restart_gaps(jobs: list[JobRun]) -> tuple[float, ...]:
+    """From each job run's end to the first step of the next job run that trained."""
+    gaps = []
+    for before, after in zip(jobs, jobs[1:]):
+        first = next((s.start for s in after.segments if s.kind == "training"), None)
+        if before.end is not None and first is not None:
+            gaps.append(max(0.0, (first - before.end).total_seconds()))
+    return tuple(gaps)
+
+
+def median_step(steps: list[Step]) -> float | None:
+    recent = [s.seconds for s in steps[-RECENT_STEPS:]]
+    return statistics.median(recent) if recent else None
+
+
+# -- text ------------------------------------------------------------------------------------------------
+
+
+def hours(value: float | None) -> str:
+    """GPU-hours as people read them: 210, 41.2, 0.0417; '-' when unknown."""
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def span(seconds: float | None) -> str:
+    """45s, 3m20s, 1h05m, 2d03h; '-' when unknown."""
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def summary_line(acc: RunAccounting) -> str:
+    """One line for status.sh: goodput, charged, lost (by kind), per step, to finish."""
+    goodput = "-" if acc.goodput is None else f"{acc.goodput:.2f}"
+    parts = [f"goodput {goodput}", f"{hours(acc.gpu_hours)} GPU-h charged"
+             + (f" ({hours(acc.node_hours)} node-h)" if acc.gpu_hours == 0 else "")]
+    lost = [f"{SHORT[k]} {hours(acc.lost_gpu_hours(k))}" for k in WASTED if acc.lost_gpu_hours(k) > 0]
+    parts.append(f"{hours(acc.lost_gpu_hours())} lost" + (f" ({', '.join(lost)})" if lost else ""))
+    if acc.queue_wait:
+        parts.append(f"queued {span(acc.queue_wait)}")
+    if acc.gpu_hours_per_step is not None:
+        parts.append(f"{hours(acc.gpu_hours_per_step)} GPU-h/step")
+    projected = acc.projected_gpu_hours
+    if projected is not None and not acc.finished:
+        parts.append(f"~{hours(projected)} GPU-h to finish")
+    return f"{acc.run}: " + ", ".join(parts)
+
+
+JOB_HEAD = ["JOB", "STATE", "NODES", "GPUS", "QUEUED", "ELAPSED", "GPU-H", "STARTING", "TRAINING", "BETWEEN",
+            "LOST", "IDLE", "IN FLIGHT", "STALLED", "STEPS", "STOP", "LOST ROLLOUT-S"]
+
+
+def job_cells(job: JobRun) -> list[str]:
+    gpus = f"{job.gpus}" + (f"/{job.share}" if job.share > 1 else "")
+    return [job.label, job.state, str(job.nodes), gpus, span(job.seconds("queued")),
+            span(job.elapsed) if job.start else "-", hours(job.gpu_hours),
+            *(span(job.seconds(k)) for k in ("starting", "training", "between", "lost", "idle", "in_flight",
+                                             "stalled")),
+            str(job.steps), job.stop_reason or "-", f"{job.lost_rollout_seconds:.0f}"]
+
+
+def totals_rows(acc: RunAccounting) -> list[tuple[str, str]]:
+    """The run's figures, label and value, for the command's text and the report's table."""
+    gaps = ", ".join(span(g) for g in acc.restart_gaps) or "-"
+    return [
+        ("charging", acc.charging.describe() if acc.charging else "the GPUs Slurm allocated (cluster not in the registry)"),
+        ("GPU-hours charged", f"{hours(acc.gpu_hours)} ({hours(acc.node_hours)} node-hours)"),
+        ("productive (training steps)", f"{hours(acc.productive_gpu_hours)} GPU-h"),
+        ("lost (trained nothing)", f"{hours(acc.lost_gpu_hours())} GPU-h: "
+         + ", ".join(f"{LABELS[k]} {hours(acc.lost_gpu_hours(k))}" for k in WASTED)),
+        ("abandoned rollouts", f"{acc.lost_rollout_seconds:.0f} rollout-seconds"),
+        ("goodput", "-" if acc.goodput is None else f"{acc.goodput:.3f}"),
+        ("queue wait", f"{span(acc.queue_wait)} over {sum(1 for j in acc.jobs if j.seconds('queued'))} job run(s)"),
+        ("restart gaps", gaps),
+        ("steps", f"{acc.steps_done} of {acc.total_steps if acc.total_steps is not None else '?'}"
+         + (" (finished)" if acc.finished else "")),
+        ("a step (median of recent)", f"{span(acc.step_seconds)}, {hours(acc.step_gpu_hours)} GPU-h"),
+        ("GPU-h per step, all in", hours(acc.gpu_hours_per_step)),
+        ("projected GPU-h to finish", hours(acc.projected_gpu_hours)),
+    ]
+
+
+def text_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [head, *rows]]
+
+
+def render_text(acc: RunAccounting) -> str:
+    lines = [f"Run {acc.run}: where the GPU-hours went ({len(acc.jobs)} job run(s))"]
+    lines += text_table(JOB_HEAD, [job_cells(j) for j in acc.jobs]) if acc.jobs else ["  no job has run yet"]
+    width = max(len(label) for label, _ in totals_rows(acc))
+    lines += [""] + [f"{label.ljust(width)}  {value}" for label, value in totals_rows(acc)]
+    return "\n".join(lines)
+
+
+# -- a run on disk ----------------------------------------------------------------------------------------
+
+
+def sibling_ledgers(run: RunDir) -> list[list[dict[str, Any]]]:
+    """The ledgers of the runs beside this one (a pack job's other runs share its jobs)."""
+    ledgers = []
+    for path in sorted(run.path.parent.iterdir()) if run.path.parent.is_dir() else []:
+        if path != run.path and (path / "ledger.jsonl").is_file():
+            ledgers.append(RunDir(path).read_ledger())
+    return ledgers
+
+
+def account_run(run: RunDir, now: datetime | None = None) -> RunAccounting:
+    """The accounting of one run directory: its own sacct call (status.sh makes one for all runs)."""
+    files = RunFiles.read(run)
+    rows = query_sacct(run_job_ids(files.ledger))
+    starts = job_starts([files.ledger, *sibling_ledgers(run)])
+    return account(run.name, files, rows, charging_of(cluster_of(files.ledger)), starts, now, stall_settings())
+
+
+def stall_settings() -> Any:
+    """The STALLED thresholds from the environment (HPC_STALL_*), as status.sh reads them; their
+    defaults where a variable is not a number (status.sh says so)."""
+    from hpc.run import health
+
+    try:
+        return health.HealthSettings.from_env()
+    except health.SettingError:
+        return health.HealthSettings()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpc.accounting", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="a run name under the runs directory, or a run directory (a path with '/')")
+    parser.add_argument("--runs_dir", type=Path, default=None, help="default: the launcher's (RUNS_DIR)")
+    args = parser.parse_args(argv)
+    from hpc.run.report import run_argument
+
+    run = run_argument(args.run, args.runs_dir)
+    if not run.ledger.is_file():
+        print(f"python -m hpc.accounting: {run.path} is not a run directory (no ledger.jsonl; accepted: a run "
+              "name under the runs directory, or a run directory)", file=sys.stderr)
+        return 2
+    try:
+        print(render_text(account_run(run)))
+    except SacctError as err:
+        print(f"python -m hpc.accounting: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

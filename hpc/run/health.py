@@ -1,0 +1,137 @@
+"""Is a run healthy? Pure functions over its records and its job's state.
+
+Two ways a run burns GPU-hours for nothing while it looks fine in the queue:
+
+- STALLED: its job is RUNNING but has made no step in ``HPC_STALL_FACTOR`` (3) x
+  its usual step time (the median of its recent steps' seconds, at least
+  ``HPC_STALL_MIN`` seconds; plus its longest recent validation, which runs
+  between steps). A job that has made no step yet is counted from its start,
+  with ``HPC_STALL_STARTUP`` seconds (1800) for the start-up (model load, vLLM)
+  on top; without any step in the run yet, the start-up allowance alone.
+- COLLAPSED: the within-group reward spread (steps.jsonl ``reward_spread``) has
+  been 0 for the last ``HPC_COLLAPSE_STEPS`` (10) steps: every rollout of a
+  group scores the same, so GRPO has no advantage to learn from.
+
+Used on the login side (status.sh's RESULT column, hpc/run/accounting.py's records)
+and in the job (hpc/job/watch.py, which tells the webhook). Stdlib only. The
+thresholds are environment variables: the shell's for status.sh, the job's
+(``.env`` or ``--env``) for the watcher.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Mapping
+
+from hpc.run.accounting import Step, parse_time, span
+
+RECENT_STEPS = 10
+RECENT_VALIDATIONS = 3
+
+
+class SettingError(ValueError):
+    """A threshold variable that is not a number in range; one line naming it."""
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    stall_factor: float = 3.0  # HPC_STALL_FACTOR
+    min_stall_seconds: float = 60.0  # HPC_STALL_MIN: no stall is shorter (steps of seconds)
+    startup_seconds: float = 1800.0  # HPC_STALL_STARTUP: a job's start-up before its first step
+    collapse_steps: int = 10  # HPC_COLLAPSE_STEPS
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> HealthSettings:
+        return cls(stall_factor=setting(env, "HPC_STALL_FACTOR", cls.stall_factor, 1.0),
+                   min_stall_seconds=setting(env, "HPC_STALL_MIN", cls.min_stall_seconds, 0.0),
+                   startup_seconds=setting(env, "HPC_STALL_STARTUP", cls.startup_seconds, 0.0),
+                   collapse_steps=int(setting(env, "HPC_COLLAPSE_STEPS", cls.collapse_steps, 1.0, whole=True)))
+
+
+def setting(env: Mapping[str, str], name: str, default: float, low: float, whole: bool = False) -> float:
+    text = (env.get(name) or "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text) if whole else float(text)
+    except ValueError:
+        value = None
+    if value is None or not value >= low or value == float("inf"):
+        kind = "a whole number" if whole else "a number"
+        raise SettingError(f"invalid {name} {text!r}: accepted {kind} >= {low:g} (default {default:g})")
+    return value
+
+
+@dataclass(frozen=True)
+class Flag:
+    kind: str  # "stalled" | "collapsed"
+    message: str  # one line for status.sh and the webhook
+
+
+def usual_step_seconds(steps: list[Step]) -> float | None:
+    recent = [s.seconds for s in steps[-RECENT_STEPS:]]
+    return statistics.median(recent) if recent else None
+
+
+def validation_times(validations: list[dict[str, Any]]) -> list[tuple[int, datetime]]:
+    found = [(v.get("step"), parse_time(v.get("time"))) for v in validations]
+    return [(int(step), moment) for step, moment in found if isinstance(step, int) and moment is not None]
+
+
+def validation_allowance(steps: list[Step], validations: list[dict[str, Any]]) -> float:
+    """The longest of the recent validations (each from the end of the step it validates)."""
+    ends = {s.step: s.end for s in steps}
+    durations = [(moment - ends[step]).total_seconds() for step, moment in validation_times(validations)
+                 if step in ends and moment > ends[step]]
+    return max(durations[-RECENT_VALIDATIONS:], default=0.0)
+
+
+def stalled(steps: list[Step], validations: list[dict[str, Any]], job_id: str, job_start: datetime,
+            now: datetime, settings: HealthSettings) -> Flag | None:
+    """STALLED when the running job's last sign of work (a step, a validation; else its
+    start) is older than its limit."""
+    usual = usual_step_seconds(steps)
+    stepped = max((s.end for s in steps if s.job_id == job_id and s.end >= job_start), default=None)
+    validated = max((moment for _, moment in validation_times(validations) if moment >= job_start), default=None)
+    mine = [moment for moment in (stepped, validated) if moment is not None]
+    per_step = max(settings.stall_factor * usual, settings.min_stall_seconds) if usual else 0.0
+    if mine:
+        since = max(mine)  # after a step a validation may be running: allow for its usual length
+        validating = validated is None or (stepped is not None and stepped >= validated)
+        limit = per_step + (validation_allowance(steps, validations) if validating else 0.0)
+        why = f"{settings.stall_factor:g}x the usual step of {span(usual)}" + (
+            " + the longest recent validation" if validating and limit > per_step else "")
+    else:
+        since, limit = job_start, settings.startup_seconds + per_step
+        why = f"start-up allowance {span(settings.startup_seconds)}" + (f" + {span(per_step)}" if usual else "")
+    quiet = (now - since).total_seconds()
+    if quiet <= limit:
+        return None
+    what = "no step" if mine else "no step since the job started"
+    return Flag("stalled", f"STALLED: {what} for {span(quiet)} (limit {span(limit)}: {why})")
+
+
+def collapsed(steps: list[Step], settings: HealthSettings) -> Flag | None:
+    """COLLAPSED when the last ``collapse_steps`` steps that report a spread all report 0."""
+    streak = 0
+    for spread in reversed([s.reward_spread for s in steps if s.reward_spread is not None]):
+        if spread > 1e-9:
+            break
+        streak += 1
+    if streak < settings.collapse_steps:
+        return None
+    return Flag("collapsed", f"COLLAPSED: reward spread 0 in every group for the last {streak} steps "
+                             "(GRPO has nothing to learn from)")
+
+
+def check(steps: list[Step], validations: list[dict[str, Any]], job_id: str, job_state: str,
+          job_start: datetime | None, now: datetime, settings: HealthSettings) -> list[Flag]:
+    """The run's flags: STALLED only while its job is RUNNING (with a known start)."""
+    flags = []
+    if job_state == "RUNNING" and job_start is not None:
+        flags.append(stalled(steps, validations, job_id, job_start, now, settings))
+    flags.append(collapsed(steps, settings))
+    return [flag for flag in flags if flag is not None]

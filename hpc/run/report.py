@@ -1,0 +1,279 @@
+"""A run's results, as pictures and a table: ``python -m hpc.report RUN``.
+
+Works from the run directory alone (offline clusters, no W&B): the trainer's
+``steps.jsonl`` (reward per step), ``validation.jsonl`` (accuracy on the
+held-out questions), the ledger (where each job began) and the evaluations of
+``python -m trainer.eval`` in the run's and the runs directory's
+``evaluations/``. It writes into ``<run>/report/``:
+
+- ``training.png``: training reward and validation accuracy against step, with
+  the jobs' boundaries marked;
+- ``models.png``: the accuracy of every model evaluated on the run's validation
+  questions (the run's best and latest validation, checkpoints, baselines), next
+  to ART-E's published figures, drawn apart and labelled as such;
+- ``report.md``: the same figures as tables, and the pictures.
+
+Other modules add sections (``SECTIONS``: a function of the run returning
+Markdown lines, writing its own pictures), e.g. hpc/run/accounting_report.py's
+(``SECTION_MODULES`` are loaded when a report is written). matplotlib is
+imported here only: the launcher never loads this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from hpc.run.rundir import RunDir, read_json
+
+# ART-E's published accuracy on its 100 validation questions (OpenPipe's ART-E write-up),
+# for reference only: they were measured on ART-E's questions with ART-E's judge.
+PUBLISHED = {
+    "ART-E Qwen2.5-14B (trained)": 0.96,
+    "o3": 0.90,
+    "o4-mini": 0.88,
+    "Gemini 2.5 Pro": 0.76,
+    "GPT-4.1": 0.71,
+    "Qwen2.5-14B (untrained)": 0.40,
+}
+FIG_SIZE = (10, 6)
+DPI = 100
+Section = Callable[[RunDir, Path], list[str]]
+SECTIONS: list[Section] = []  # more report sections, registered by the modules below when loaded
+SECTION_MODULES = ("hpc.run.accounting_report",)  # loaded by write_report (they import this module)
+
+
+@dataclass(frozen=True)
+class Bar:
+    label: str
+    accuracy: float
+    kind: str  # "run", "evaluation", "published"
+
+
+def job_starts(run: RunDir) -> list[tuple[int, str]]:
+    """(step, job id) where each job after the first began training."""
+    starts = [(int(r["step"]), str(r["job_id"])) for r in run.read_ledger()
+              if r.get("event") == "job_start" and r.get("step") is not None]
+    return starts[1:]
+
+
+def evaluations(run: RunDir) -> dict[str, list[dict[str, Any]]]:
+    """Evaluation summaries by split key: the run's own and the runs directory's baselines."""
+    found: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for folder in (run.evaluations_dir, run.path.parent / "evaluations"):
+        for path in sorted(folder.glob("*/*/summary.json")):
+            summary = read_json(path)
+            if summary and "split_key" in summary:
+                found[summary["split_key"]].append(summary)
+    return found
+
+
+def model_bars(run: RunDir) -> tuple[list[Bar], str | None]:
+    """Bars for the models evaluated on the run's validation questions (or, without
+    validations, the split with the most evaluations), and that split's key."""
+    validations = run.read_validations()
+    by_key = evaluations(run)
+    key = validations[-1].get("split_key") if validations else max(by_key, key=lambda k: len(by_key[k]), default=None)
+    bars = []
+    if validations:
+        best = max(validations, key=lambda v: (v["accuracy"], v["step"]))
+        bars.append(Bar(f"{run.name} best (step {best['step']})", best["accuracy"], "run"))
+        if validations[-1]["step"] != best["step"]:
+            bars.append(Bar(f"{run.name} latest (step {validations[-1]['step']})", validations[-1]["accuracy"], "run"))
+    bars += [Bar(s["model"], s["accuracy"], "evaluation") for s in by_key.get(key, [])]
+    bars += [Bar(f"{label} [published]", value, "published") for label, value in PUBLISHED.items()]
+    return bars, key
+
+
+# -- pictures -----------------------------------------------------------------------------------
+
+
+def pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_training(run: RunDir, path: Path) -> bool:
+    """Reward (top) and validation accuracy (bottom) against step, each panel only where the run
+    has its records; False (no picture) when it has neither."""
+    rewards = [(s["step"], s["reward_mean"]) for s in run.read_steps() if is_number(s.get("reward_mean"))]
+    validations = run.read_validations()
+    panels = [p for p, has in ((reward_panel, rewards), (validation_panel, validations)) if has]
+    if not panels:
+        return False
+    plt = pyplot()
+    fig, axes = plt.subplots(len(panels), 1, figsize=FIG_SIZE, sharex=True, dpi=DPI, squeeze=False)
+    for panel, axis in zip(panels, axes[:, 0]):
+        panel(axis, rewards, validations)
+        mark_jobs(axis, run)
+    axes[-1, 0].set_xlabel("training step")
+    fig.suptitle(f"Run {run.name}: " + " and ".join(TITLES[p] for p in panels))
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def reward_panel(axis: Any, rewards: list[tuple[int, float]], validations: list[dict[str, Any]]) -> None:
+    axis.plot([s for s, _ in rewards], [r for _, r in rewards], color="tab:blue",
+              label="training reward (mean of the step's rollouts)")
+    axis.set_ylabel("reward")
+
+
+def validation_panel(axis: Any, rewards: list[tuple[int, float]], validations: list[dict[str, Any]]) -> None:
+    axis.plot([v["step"] for v in validations], [100 * v["accuracy"] for v in validations], marker="o",
+              color="tab:green", label=f"validation accuracy ({validations[0]['questions']} held-out questions)")
+    axis.set_ylabel("accuracy (%)")
+    axis.set_ylim(0, 100)
+
+
+TITLES = {reward_panel: "training reward", validation_panel: "validation accuracy"}
+
+
+def mark_jobs(axis: Any, run: RunDir) -> None:
+    """A dotted line where each job after the first began training."""
+    for index, (step, job) in enumerate(job_starts(run)):
+        axis.axvline(step, color="grey", linestyle=":", linewidth=1, label="a new job starts" if index == 0 else None)
+    axis.grid(alpha=0.3)
+    axis.legend(loc="lower right", fontsize=9)
+
+
+def plot_models(bars: list[Bar], key: str | None, path: Path) -> None:
+    """Horizontal bars, best first; published figures hatched and grey."""
+    plt = pyplot()
+    ordered = sorted(bars, key=lambda b: (b.kind == "published", -b.accuracy))
+    colors = {"run": "tab:green", "evaluation": "tab:blue", "published": "lightgrey"}
+    fig, axis = plt.subplots(figsize=FIG_SIZE, dpi=DPI)
+    rows = range(len(ordered))
+    drawn = axis.barh(rows, [100 * b.accuracy for b in ordered], color=[colors[b.kind] for b in ordered],
+                      hatch=None, edgecolor="black", linewidth=0.5)
+    for bar, patch in zip(ordered, drawn):
+        if bar.kind == "published":
+            patch.set_hatch("//")
+        axis.text(patch.get_width() + 1, patch.get_y() + patch.get_height() / 2, f"{100 * bar.accuracy:.0f}%",
+                  va="center", fontsize=9)
+    axis.set_yticks(list(rows), [b.label for b in ordered], fontsize=9)
+    axis.invert_yaxis()
+    axis.set_xlim(0, 110)
+    axis.set_xlabel("answer accuracy (%), judged")
+    axis.set_title(f"Answer accuracy on the run's validation questions ({key or 'no evaluations yet'})",
+                   fontsize=11)
+    axis.grid(axis="x", alpha=0.3)
+    fig.text(0.01, 0.01, "green: this run's validations; blue: python -m trainer.eval on the same questions; "
+             "hatched grey: ART-E's published figures (its own 100 questions and judge)", fontsize=8)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# -- Markdown ------------------------------------------------------------------------------------
+
+
+def table(rows: list[list[Any]], head: list[str]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def percent(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def validation_table(run: RunDir) -> list[str]:
+    rows = [[v["step"], percent(v["accuracy"]), f"{v['reward_mean']:.3f}", percent(v["i_dont_know_rate"]),
+             percent(v["wrong_answer_rate"]), f"{v['mean_turns']:.2f}", percent(v["tool_error_rate"]),
+             f"{v['latency_mean_s']:.2f}", v["failed"]] for v in run.read_validations()]
+    head = ["step", "accuracy", "reward", "I don't know", "wrong", "turns", "tool errors", "latency (s)", "failed"]
+    return table(rows, head) if rows else ["No validation yet."]
+
+
+def models_table(bars: list[Bar]) -> list[str]:
+    kinds = {"run": "this run's validation", "evaluation": "python -m trainer.eval",
+             "published": "ART-E's published figure (its own questions)"}
+    return table([[b.label, percent(b.accuracy), kinds[b.kind]] for b in bars], ["model", "accuracy", "source"])
+
+
+def models_section(run: RunDir, out: Path) -> list[str]:
+    """The models evaluated on the run's questions, pictured; before any, a line that says so
+    and the published figures alone (no picture of nothing but references)."""
+    bars, key = model_bars(run)
+    if key is None or all(b.kind == "published" for b in bars):
+        (out / "models.png").unlink(missing_ok=True)
+        return ["No model evaluated on this run's questions yet (the run's own validations, or "
+                "`python -m trainer.eval`). For reference:", "", *models_table(bars)]
+    plot_models(bars, key, out / "models.png")
+    return [f"Questions: `{key}`.", "", "![accuracy by model](models.png)", "", *models_table(bars)]
+
+
+def write_report(run: RunDir) -> Path:
+    out = run.report_dir
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"# Run {run.name}", ""]
+    progress = run.read_progress() or {}
+    if progress:
+        lines += [f"Step {progress.get('step')} of {progress.get('total_steps')}; "
+                  f"{'finished' if run.read_done() else 'in progress'}.", ""]
+    if plot_training(run, out / "training.png"):
+        lines += ["## Training", "", "![training reward and validation accuracy](training.png)", ""]
+    else:
+        (out / "training.png").unlink(missing_ok=True)
+        lines += ["## Training", "", "No training step with a reward recorded yet.", ""]
+    lines += ["## Validation", "", *validation_table(run), ""]
+    lines += ["## Models on the same questions", "", *models_section(run, out), ""]
+    for module in SECTION_MODULES:
+        importlib.import_module(module)
+    for section in SECTIONS:
+        lines += section(run, out)
+    report = out / "report.md"
+    report.write_text("\n".join(lines) + "\n")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpc.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="a run name under the runs directory, or a run directory")
+    parser.add_argument("--runs_dir", type=Path, default=None, help="default: the launcher's (RUNS_DIR)")
+    args = parser.parse_args(argv)
+    run = run_argument(args.run, args.runs_dir)
+    if not run.ledger.exists() and not run.steps_file.exists():
+        print(f"hpc.report: error: {run.path} is not a run directory (no ledger.jsonl or steps.jsonl)",
+              file=sys.stderr)
+        return 2
+    print(write_report(run))
+    return 0
+
+
+def run_argument(text: str, runs_dir: Path | None) -> RunDir:
+    """A command line's RUN: a run directory (a path with '/'), else a run name under the runs directory."""
+    return RunDir(Path(text) if "/" in text else resolve_runs_dir(runs_dir) / text)
+
+
+def resolve_runs_dir(flag: Path | None) -> Path:
+    if flag is not None:
+        return flag
+    from hpc.launcher.clusters import load_registry
+    from hpc.launcher.jobspec import REPO_DIR, env_layers, outer_env, resolve_runs_dir as launcher_runs_dir
+
+    cluster = load_registry().detect().cluster
+    return launcher_runs_dir(None, env_layers(cluster, []), outer_env(cluster)) or REPO_DIR / "runs"
+
+
+if __name__ == "__main__":
+    # ``python -m hpc.report`` runs this file as __main__, a second copy of the module: the
+    # sections register into hpc.report's SECTIONS (they import it), so run that module's main.
+    from hpc.run.report import main as package_main
+
+    sys.exit(package_main())

@@ -1,0 +1,246 @@
+"""hpc.job.deadline: reading the job's end, predicting the next step, the decision, the stop records.
+
+The rule's promise, checked with hypothesis: a step starts only if its predicted end is
+before the deadline (end - signal grace - margin), and always starts when the time left
+holds the prediction. Reading the end from a real Slurm job (local time, an extension)
+is in tests/hpc/job/test_boundary_slurm.py."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hpc.job.deadline import (
+    BoundaryRule,
+    BoundarySettings,
+    EndTimeError,
+    JobEnd,
+    StopRecord,
+    decide,
+    end_time_from_scontrol,
+    end_time_from_squeue,
+    parse_slurm_time,
+    predict,
+    record_stop,
+    signal_grace,
+    step_durations,
+    validation_durations,
+)
+from hpc.run.rundir import RunDir
+
+# One line of `scontrol show job -o 45` on the local Slurm (shortened in the middle).
+SCONTROL = ("JobId=45 JobName=wrap UserId=root(0) GroupId=root(0) JobState=RUNNING Reason=None Requeue=1 "
+            "Restarts=0 RunTime=00:00:02 TimeLimit=00:02:00 TimeMin=N/A SubmitTime=2026-11-25T08:44:36 "
+            "EligibleTime=2026-11-25T08:44:36 StartTime=2026-11-25T08:44:36 EndTime=2026-11-25T08:46:36 "
+            "Deadline=N/A SuspendTime=None NodeList=n1")
+END_UTC = datetime(2026, 11, 25, 8, 46, 36, tzinfo=timezone.utc).timestamp()
+
+durations = st.lists(st.floats(0, 3600, allow_nan=False), max_size=20)
+settings = st.builds(BoundarySettings, st.integers(1, 10), st.floats(1, 3), st.floats(0, 120))
+
+
+# -- reading the end ---------------------------------------------------------------------------
+
+
+def test_scontrols_end_time_is_read_in_the_zone_slurm_printed_it_in() -> None:
+    assert end_time_from_scontrol(SCONTROL) == END_UTC
+    berlin = end_time_from_scontrol(SCONTROL, ZoneInfo("Europe/Berlin"))
+    assert END_UTC - berlin == 3600, "08:46 in Berlin (winter) is 07:46 UTC"
+
+
+def test_squeues_end_time_is_read_from_its_one_line() -> None:
+    assert end_time_from_squeue("2026-11-25T08:46:36\n") == END_UTC
+    assert end_time_from_squeue("") is None
+
+
+@pytest.mark.parametrize("text", ["Unknown", "None", "N/A", ""])
+def test_an_end_slurm_does_not_know_is_none(text: str) -> None:
+    assert parse_slurm_time(text) is None
+    assert end_time_from_scontrol(SCONTROL.replace("EndTime=2026-11-25T08:46:36", f"EndTime={text}")) is None
+
+
+def test_no_end_time_field_is_none() -> None:
+    assert end_time_from_scontrol("JobId=45 JobState=PENDING") is None
+
+
+class CountingSlurm:
+    """Stands in for the scontrol call (its parsing is tested above, the call itself in the Slurm test)."""
+
+    def __init__(self, *answers: float | None) -> None:
+        self.answers = list(answers)
+        self.asked: list[str] = []
+
+    def __call__(self, job_id: str) -> float | None:
+        self.asked.append(job_id)
+        return self.answers.pop(0)
+
+
+def test_slurms_end_is_read_again_once_the_cached_value_is_old() -> None:
+    now = [0.0]
+    slurm = CountingSlurm(1000.0, 1600.0)  # an `scontrol update TimeLimit=` in between
+    end = JobEnd({"SLURM_JOB_ID": "45"}, read_slurm=slurm, clock=lambda: now[0], max_age=30)
+
+    assert end.get() == 1000.0
+    now[0] = 29.0
+    assert end.get() == 1000.0 and slurm.asked == ["45"]
+    now[0] = 30.0
+    assert end.get() == 1600.0 and slurm.asked == ["45", "45"]
+
+
+def test_an_end_slurm_did_not_give_is_asked_for_again_at_once() -> None:
+    slurm = CountingSlurm(None, 1000.0)
+    end = JobEnd({"SLURM_JOB_ID": "45"}, read_slurm=slurm, clock=lambda: 0.0)
+
+    assert end.get() is None
+    assert end.get() == 1000.0
+
+
+def test_the_override_wins_and_is_read_every_time() -> None:
+    env = {"SLURM_JOB_ID": "45", "HPC_JOB_END_TIME": "1700000000"}
+    slurm = CountingSlurm()
+    end = JobEnd(env, read_slurm=slurm)
+
+    assert end.get() == 1700000000.0 and end.source == "HPC_JOB_END_TIME"
+    env["HPC_JOB_END_TIME"] = "1700000600.5"
+    assert end.get() == 1700000600.5 and slurm.asked == []
+
+
+def test_outside_slurm_without_an_override_the_end_is_unknown() -> None:
+    assert JobEnd({}, read_slurm=CountingSlurm()).get() is None
+    assert JobEnd({"SLURM_JOB_ID": "local"}, read_slurm=CountingSlurm()).get() is None
+
+
+@pytest.mark.parametrize("value", ["tomorrow", "-5", "nan", "inf"])
+def test_an_unusable_override_is_one_line_naming_it(value: str) -> None:
+    with pytest.raises(EndTimeError, match=f"HPC_JOB_END_TIME='{value}' is not usable: expected"):
+        JobEnd({"HPC_JOB_END_TIME": value}).get()
+
+
+def test_the_signal_grace_comes_from_the_job_and_is_0_outside_one() -> None:
+    assert signal_grace({"HPC_SIGNAL_GRACE": "300"}) == 300.0
+    assert signal_grace({}) == 0.0
+    with pytest.raises(EndTimeError, match="HPC_SIGNAL_GRACE='5m'"):
+        signal_grace({"HPC_SIGNAL_GRACE": "5m"})
+
+
+# -- the prediction ------------------------------------------------------------------------------
+
+
+def test_the_prediction_is_the_longest_recent_step_times_the_factor() -> None:
+    s = BoundarySettings(recent_steps=3, safety_factor=1.5, margin_seconds=0)
+    assert predict([100.0, 10.0, 20.0, 30.0], s) == 45.0, "the 100 s step is older than the last 3"
+    assert predict([], s) is None
+
+
+@given(durations, settings)
+def test_the_prediction_covers_every_recent_step(seconds: list[float], s: BoundarySettings) -> None:
+    predicted = predict(seconds, s)
+    recent = seconds[-s.recent_steps:]
+    assert (predicted is None) == (not recent)
+    assert all(predicted >= d for d in recent)
+
+
+def test_durations_come_from_the_runs_steps_and_validations(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    run.append_step({"step": 1, "seconds": 31.5})
+    run.append_step({"step": 2})  # a record from before durations were kept
+    run.append_step({"step": 3, "seconds": 28})
+    run.record_validation({"step": 0, "accuracy": 0.5, "seconds": 120.0}, [])
+    run.record_validation({"step": 30, "accuracy": 0.6}, [])
+
+    assert step_durations(run) == [31.5, 28.0]
+    assert validation_durations(run) == [120.0]
+
+
+# -- the decision -------------------------------------------------------------------------------------
+
+
+def rule_at(now: float, end: float | None, grace: float, s: BoundarySettings, said: list[str]) -> BoundaryRule:
+    env = {} if end is None else {"HPC_JOB_END_TIME": repr(end)}
+    return BoundaryRule(JobEnd(env), grace, s, clock=lambda: now, say=said.append)
+
+
+@given(durations, settings, st.floats(0, 1e6), st.floats(0, 1e6), st.floats(0, 600))
+def test_a_step_starts_only_if_its_predicted_end_is_before_the_deadline(
+    seconds: list[float], s: BoundarySettings, now: float, end: float, grace: float
+) -> None:
+    decision = rule_at(now, end, grace, s, []).check(seconds)
+    predicted = predict(seconds, s)
+    if decision.fits and predicted is not None:
+        assert now + predicted <= end - grace - s.margin_seconds + 1e-6
+    assert decision.predicted == predicted
+    assert math.isclose(decision.seconds_left, end - grace - s.margin_seconds - now, abs_tol=1e-6)
+
+
+@given(durations, settings, st.floats(0, 1e6), st.floats(0, 600), st.floats(1e-3, 1e5))  # spare: float rounding
+def test_a_step_always_starts_when_the_time_left_holds_the_prediction(
+    seconds: list[float], s: BoundarySettings, now: float, grace: float, spare: float
+) -> None:
+    end = now + grace + s.margin_seconds + (predict(seconds, s) or 0.0) + spare
+    assert rule_at(now, end, grace, s, []).check(seconds).fits
+
+
+@given(durations, settings)
+def test_without_an_end_time_every_step_starts_and_the_log_says_so_once(seconds: list[float], s: BoundarySettings) -> None:
+    said: list[str] = []
+    rule = rule_at(0.0, None, 30, s, said)
+    assert all(rule.check(seconds).fits for _ in range(3))
+    assert said == ["stop at a step boundary: off for now (the job's end time is not known)"]
+
+
+def test_without_history_the_first_step_starts() -> None:
+    assert decide(None, 1.0).fits and decide(None, -100.0).fits
+
+
+def test_the_rule_switched_off_starts_every_step_and_reads_no_end() -> None:
+    slurm = CountingSlurm()
+    rule = BoundaryRule(JobEnd({"SLURM_JOB_ID": "45"}, read_slurm=slurm), 30, enabled=False)
+
+    decision = rule.check([1e9])
+    assert decision.fits and decision.seconds_left is None and slurm.asked == []
+    assert "off" in rule.describe()
+
+
+def test_the_rules_line_in_the_job_log_names_the_end_and_the_figures() -> None:
+    rule = rule_at(0.0, END_UTC, 30, BoundarySettings(5, 1.2, 30), [])
+    assert rule.describe() == ("stop at a step boundary: the job ends 2026-11-25T08:46:36+00:00 (HPC_JOB_END_TIME); "
+                               "a step starts only if the longest of the last 5 x 1.2 ends 30s (signal grace) "
+                               "+ 30s (margin) before that")
+
+
+def test_a_decision_not_to_start_says_the_figures() -> None:
+    assert decide(44.0, 31.25).describe("step 13") == (
+        "step 13 would not end before the job's stop signal may come: predicted 44.0s, 31.2s left")
+
+
+# -- stops.jsonl -------------------------------------------------------------------------------------
+
+
+def test_stop_records_go_to_stops_jsonl_with_the_job_and_the_time(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    run = RunDir(tmp_path)
+    record_stop(run, StopRecord.boundary(12, decide(44.04, 31.26)))
+    record_stop(run, StopRecord(12, "signal", 123.45678))
+    record_stop(run, StopRecord(40, "finished"))
+
+    first, second, third = run.read_stops()
+    assert run.stops_file == tmp_path / "stops.jsonl"
+    assert {k: first[k] for k in ("job_id", "step", "reason", "lost_rollout_seconds", "predicted_step_seconds",
+                                  "seconds_left")} == {"job_id": "77", "step": 12, "reason": "boundary",
+                                                       "lost_rollout_seconds": 0.0, "predicted_step_seconds": 44.0,
+                                                       "seconds_left": 31.3}
+    assert datetime.fromisoformat(first["time"]).tzinfo is not None
+    assert (second["reason"], second["lost_rollout_seconds"], second["predicted_step_seconds"]) == ("signal", 123.457, None)
+    assert (third["reason"], third["step"]) == ("finished", 40)
+
+
+def test_an_unknown_stop_reason_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown stop reason 'timeout'; known: boundary, signal, finished"):
+        StopRecord(3, "timeout")

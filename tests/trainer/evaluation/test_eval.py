@@ -1,0 +1,111 @@
+"""python -m trainer.eval: baselines through litellm and any OpenAI-compatible URL, a run's
+checkpoints through vLLM (the stand-in tests/doubles/fake_vllm.py), planted answers so the
+accuracy is known exactly, results cached per model, split and judge."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpc.run import checkpoints as ck
+from hpc.run import ownership
+from hpc.run.rundir import RunDir
+from tests.doubles.art_backend import save_adapter
+from tests.doubles.openai_server import OpenAIServer
+from tests.trainer.training.test_validation import PLANTED, planted_agent
+from trainer.evaluation.eval import main as eval_main
+
+pytestmark = pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
+REPO = Path(__file__).resolve().parents[3]
+JUDGE = "judge-model"
+
+
+@pytest.fixture
+def questions(art_e_data_dir: Path) -> dict[str, str]:
+    lines = (art_e_data_dir / "scenarios" / "test.jsonl").read_text().splitlines()
+    return {q["question"]: q["answer"] for q in map(json.loads, lines)}
+
+
+@pytest.fixture
+def endpoint(questions, art_e_data_dir: Path, tmp_path: Path, monkeypatch):
+    """The scripted policy and judge; the environment a login node would have."""
+    with OpenAIServer(planted_agent(PLANTED, questions)) as server:
+        for name, value in {"JUDGE_MODEL": JUDGE, "JUDGE_API_BASE": server.base_url, "DATA_DIR": str(art_e_data_dir),
+                            "RUNS_DIR": str(tmp_path / "runs"), "OPENAI_API_BASE": server.base_url,
+                            "OPENAI_API_KEY": "test-key"}.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("HPC_RUN_DIR", raising=False)
+        yield server
+
+
+def summary_of(tmp_path: Path, owner: str | None, label: str) -> dict:
+    base = tmp_path / "runs" / (owner or "") / "evaluations"
+    (found,) = list(base.glob(f"test-4-*/{label}/summary.json"))
+    return json.loads(found.read_text())
+
+
+def test_a_litellm_baseline_gets_exactly_the_planted_accuracy(endpoint, tmp_path, capsys) -> None:
+    assert eval_main(["--model", "openai/policy", "--config", "smoke", "--run", "agent_008"]) == 0
+    summary = summary_of(tmp_path, "agent_008", "openai_policy")
+    assert (summary["questions"], summary["accuracy"], summary["i_dont_know_rate"], summary["wrong_answer_rate"]) == (
+        4, 0.5, 0.25, 0.25)
+    assert summary["judge_model"] == JUDGE and summary["kind"] == "litellm"
+    records_file = next((tmp_path / "runs" / "agent_008" / "evaluations").glob("test-4-*/openai_policy/records.jsonl"))
+    records = [json.loads(line) for line in records_file.read_text().splitlines()]
+    assert {r["expected"]: (r["answer"], r["correct"]) for r in records}["$43 billion"] == ("$43 billion", True)
+    assert {"question", "expected", "answer", "correct", "found_source", "read_source", "turns", "latency_s",
+            "prompt_tokens", "completion_tokens"} <= set(records[0])
+    assert "openai/policy" in capsys.readouterr().out
+
+
+def test_a_model_evaluated_on_the_same_questions_and_judge_is_not_run_again(endpoint, tmp_path) -> None:
+    url = f"url:{endpoint.base_url}#policy"
+    assert eval_main(["--model", url, "--config", "smoke"]) == 0
+    asked = len(endpoint.requests)
+    assert eval_main(["--model", url, "--config", "smoke"]) == 0
+    assert len(endpoint.requests) == asked, "cached: nothing asked"
+    assert eval_main(["--model", url, "--config", "smoke", "--force"]) == 0
+    assert len(endpoint.requests) > asked
+    assert summary_of(tmp_path, None, "policy")["accuracy"] == 0.5
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path, monkeypatch) -> Path:
+    script = tmp_path / "bin" / "vllm"
+    script.parent.mkdir()
+    script.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m tests.doubles.fake_vllm \"$@\"\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("VLLM_BIN", str(script))
+    return script
+
+
+def test_every_complete_checkpoint_of_a_run_is_served_by_vllm_and_evaluated(endpoint, fake_vllm, tmp_path) -> None:
+    run = RunDir(tmp_path / "runs" / "agent_008")
+    model = tmp_path / "art" / "email_agent" / "models" / "agent_008"
+    run.path.mkdir(parents=True)
+    ownership.claim(run, model)
+    for step in (0, 30, 60):
+        save_adapter(ck.step_dir(model, step), step)
+    (ck.step_dir(model, 90) / "adapter_config.json").parent.mkdir()  # torn: never evaluated
+    assert eval_main(["--model", "run:agent_008@all", "--model", "openai/policy", "--config", "smoke"]) == 0
+    for step in (0, 30, 60):
+        summary = summary_of(tmp_path, "agent_008", f"agent_008@{step}")
+        assert summary["accuracy"] == 0.0 and summary["kind"] == "checkpoint"  # fake vLLM answers "answer from ..."
+    records = next(run.evaluations_dir.glob("test-4-*/agent_008@30/records.jsonl")).read_text()
+    assert "answer from agent_008@30" in records
+    assert not list(run.evaluations_dir.glob("*/agent_008@90"))
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--model", "o3"], "invalid model 'o3': expected a litellm model (openai/o3)"),
+    (["--model", "run:nobody@all"], "run nobody has no model.json"),
+    ([], "no model to evaluate"),
+    (["--model", "openai/x", "limit=zero"], "invalid limit='zero'"),
+])
+def test_bad_input_is_one_line_exit_2(endpoint, capsys, argv, fragment) -> None:
+    assert eval_main(["--config", "smoke", *argv]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,167 @@
+"""The real service (`python -m trainer.serve`) against the scripted endpoint, called with a
+real HTTP client: answers and source ids, every class of bad request, the model failing,
+a full queue, the token beyond localhost, and trainer.ask."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from tests.doubles.openai_server import OpenAIServer, Reply, failure, tool_call
+from trainer.serving.ask import main as ask_main
+from trainer.serving.vllm_server import free_port
+
+REPO = Path(__file__).resolve().parents[3]
+INBOX = "vince.kaminski@enron.com"
+SOURCE = "<10067.1075840530573.JavaMail.evans@thyme>"
+
+
+def scripted(body: dict) -> Reply:
+    """Search once, then answer; "slow" questions take 2 s, "break" ones fail the model."""
+    question = body["messages"][1]["content"]
+    if "break" in question:
+        return failure(500, "the GPU fell off the bus")
+    delay = 2.0 if "slow" in question else 0.0
+    if body["messages"][-1]["role"] == "user":
+        return tool_call("search_emails", {"keywords": ["offsite"]}, delay=delay)
+    return tool_call("return_final_answer", {"answer": f"answer to: {question}", "sources": [SOURCE]})
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[OpenAIServer]:
+    with OpenAIServer(scripted) as server:
+        yield server
+
+
+def start(model: OpenAIServer, data_dir: Path, run_dir: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, "DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO)}
+    env.pop("HPC_RUN_DIR", None)
+    child = subprocess.Popen([sys.executable, "-m", "trainer.serve", "--config", "smoke", "--model_base", model.base_url,
+                              "--model_name", "policy", "--port", str(port), "--run_dir", str(run_dir), *extra],
+                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return child, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    child.kill()
+    raise AssertionError(child.stdout.read())
+
+
+@pytest.fixture(scope="module")
+def service(model, tmp_path_factory, art_e_data_dir) -> Iterator[str]:
+    run_dir = tmp_path_factory.mktemp("serve_run")
+    child, url = start(model, art_e_data_dir, run_dir, "max_in_flight=1", "max_queue=1")
+    yield url
+    child.terminate()
+    assert child.wait(30) == 75, "stopped cleanly at TERM (75: stopped on request)"
+
+
+def invoke(url: str, body: object, **kw) -> httpx.Response:
+    return httpx.post(f"{url}/invoke", json=body, timeout=60, **kw)
+
+
+def test_an_answer_carries_the_agents_answer_sources_turns_and_latency(service: str) -> None:
+    reply = invoke(service, {"question": "Where is the offsite?", "inbox": INBOX, "query_date": "2000-03-28"})
+    assert reply.status_code == 200, reply.text
+    data = reply.json()
+    assert data["answer"] == "answer to: Where is the offsite?" and data["source_ids"] == [SOURCE]
+    assert data["turns"] == 2 and data["latency_s"] >= 0 and "transcript" not in data
+
+
+def test_the_transcript_is_the_conversation_with_its_tool_calls(service: str) -> None:
+    data = invoke(service, {"question": "q", "inbox": INBOX, "query_date": "2000-03-28", "transcript": True}).json()
+    roles = [m["role"] for m in data["transcript"]]
+    assert roles == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert data["transcript"][2]["tool_calls"][0]["function"]["name"] == "search_emails"
+
+
+def test_health_and_info_say_what_is_served(service: str) -> None:
+    assert httpx.get(f"{service}/health").json() == {"status": "ok"}
+    info = httpx.get(f"{service}/info").json()
+    assert info["model"] == "policy" and info["kind"] == "url" and len(info["data_version"]) == 12
+
+
+@pytest.mark.parametrize("body, status, fragment", [
+    ({"inbox": INBOX, "query_date": "2000-03-28"}, 422, "question: Field required"),
+    ({"question": 5, "inbox": INBOX, "query_date": "2000-03-28"}, 422, "question: Input should be a valid string"),
+    ({"question": "q", "inbox": "nobody@nowhere.org", "query_date": "2000-03-28"}, 404, "unknown inbox 'nobody@nowhere.org'"),
+    ({"question": "q", "inbox": INBOX, "query_date": "2000-13-45"}, 422, "query_date '2000-13-45' is not a date"),
+    ("not an object", 422, "expected JSON"),
+])
+def test_a_bad_request_gets_a_4xx_with_one_line(service: str, body: object, status: int, fragment: str) -> None:
+    reply = invoke(service, body)
+    assert reply.status_code == status and fragment in reply.json()["error"]
+    assert "\n" not in reply.json()["error"]
+
+
+def test_an_oversized_body_is_413_and_not_read(service: str) -> None:
+    reply = invoke(service, {"question": "x" * 70_000, "inbox": INBOX, "query_date": "2000-03-28"})
+    assert reply.status_code == 413 and "over 65536 bytes" in reply.json()["error"]
+
+
+def test_the_model_failing_mid_answer_is_a_502_with_the_reason(service: str) -> None:
+    reply = invoke(service, {"question": "please break", "inbox": INBOX, "query_date": "2000-03-28"})
+    assert reply.status_code == 502 and "the GPU fell off the bus" in reply.json()["error"]
+
+
+def test_a_full_queue_answers_503_at_once_and_loses_nothing_else(service: str) -> None:
+    import concurrent.futures
+
+    body = {"question": "slow one", "inbox": INBOX, "query_date": "2000-03-28"}
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(lambda _: invoke(service, body), range(4)))
+    codes = sorted(r.status_code for r in replies)
+    assert codes.count(200) == 2 and codes.count(503) == 2, codes  # 1 in flight + 1 waiting
+    assert all("busy" in r.json()["error"] for r in replies if r.status_code == 503)
+
+
+def test_beyond_localhost_a_token_is_required_and_stored_0600(model, tmp_path, art_e_data_dir) -> None:
+    child, url = start(model, art_e_data_dir, tmp_path / "public", "--host", "0.0.0.0")
+    try:
+        token_file = tmp_path / "public" / "serve" / "token"
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+        body = {"question": "q", "inbox": INBOX, "query_date": "2000-03-28"}
+        assert invoke(url, body).status_code == 401
+        assert invoke(url, body, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        token = token_file.read_text().strip()
+        assert invoke(url, body, headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        address = json.loads((tmp_path / "public" / "serve" / "address.json").read_text())
+        assert address["token_required"] and token not in json.dumps(address)
+        log = child.stdout
+    finally:
+        child.terminate()
+        child.wait(30)
+    assert token not in log.read(), "the token is never printed"
+
+
+def test_ask_reaches_a_running_service_by_its_run_directory(model, tmp_path, art_e_data_dir, capsys) -> None:
+    child, _ = start(model, art_e_data_dir, tmp_path / "asked")
+    address = tmp_path / "asked" / "serve" / "address.json"
+    deadline = time.monotonic() + 10  # written just after the service starts answering
+    while not address.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert ask_main(["When?", "--inbox", INBOX, "--date", "2000-03-28", "--run", str(tmp_path / "asked")]) == 0
+    finally:
+        child.terminate()
+        child.wait(30)
+    out = capsys.readouterr().out
+    assert "answer:  answer to: When?" in out and f"sources: {SOURCE}" in out
+
+
+def test_ask_says_why_a_service_refused(service: str, capsys) -> None:
+    assert ask_main(["q", "--inbox", "nobody@x.org", "--date", "2000-03-28", "--url", service]) == 2
+    assert "404: unknown inbox 'nobody@x.org'" in capsys.readouterr().err

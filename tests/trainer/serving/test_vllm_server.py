@@ -1,0 +1,93 @@
+"""trainer.serving.vllm_server: the `vllm serve` command it builds, its readiness wait and its stop,
+against a stand-in vllm (tests/doubles/fake_vllm.py: no GPU or vLLM here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpc.run import checkpoints as ck
+from tests.doubles.art_backend import save_adapter
+from trainer.serving.vllm_server import ServerError, ServerSpec, VLLMServer, command, free_port, served_models
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path) -> Path:
+    """An executable that runs the stand-in as `vllm` would be run."""
+    script = tmp_path / "bin" / "vllm"
+    script.parent.mkdir()
+    script.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m tests.doubles.fake_vllm \"$@\"\n")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.fixture
+def adapters(tmp_path: Path) -> dict[str, Path]:
+    model = tmp_path / "model"
+    for step in (30, 60):
+        save_adapter(ck.step_dir(model, step), step)
+    return {f"run@{step}": ck.step_dir(model, step) for step in (30, 60)}
+
+
+def test_the_command_serves_the_base_and_every_adapter_with_qwens_tool_parser(adapters, tmp_path) -> None:
+    spec = ServerSpec("Qwen/Qwen2.5-14B-Instruct", adapters, port=8123, max_model_len=16384)
+    argv = command(spec, Path("/opt/vllm"))
+    assert argv[:3] == ["/opt/vllm", "serve", "Qwen/Qwen2.5-14B-Instruct"]
+    assert argv[argv.index("--port") + 1] == "8123" and argv[argv.index("--max-model-len") + 1] == "16384"
+    assert argv[argv.index("--tool-call-parser") + 1] == "hermes" and "--enable-auto-tool-choice" in argv
+    assert argv[argv.index("--max-lora-rank") + 1] == "8"  # the adapters' r (save_adapter writes r=8)
+    assert argv[argv.index("--lora-modules") + 1:] == [f"{n}={p}" for n, p in adapters.items()]
+    assert "--enable-lora" not in command(ServerSpec("m"), Path("vllm"))
+
+
+def test_a_server_is_ready_when_it_lists_every_model_and_stops_on_exit(fake_vllm, adapters, tmp_path) -> None:
+    spec = ServerSpec("base-model", adapters, port=free_port())
+    env = {**os.environ, "FAKE_VLLM_START_SECONDS": "1", "FAKE_VLLM_ARGV": str(tmp_path / "argv.json")}
+    with VLLMServer(spec, tmp_path / "vllm.log", vllm=fake_vllm, env=env) as server:
+        assert served_models(server.base_url) == {"base", "run@30", "run@60"}
+        pid = server._process.pid
+    assert served_models(spec.base_url) == set()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert json.loads((tmp_path / "argv.json").read_text())[0] == "serve"
+
+
+def test_a_server_that_dies_while_loading_is_one_line_naming_its_log(tmp_path) -> None:
+    broken = tmp_path / "vllm"
+    broken.write_text("#!/bin/sh\necho 'CUDA out of memory' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    with pytest.raises(ServerError, match=r"vLLM exited with 3 before it was ready; see .*vllm.log"):
+        VLLMServer(ServerSpec("m", port=free_port()), tmp_path / "vllm.log", vllm=broken).start()
+    assert "CUDA out of memory" in (tmp_path / "vllm.log").read_text()
+
+
+def test_the_command_line_writes_its_address_and_stops_on_term(fake_vllm, tmp_path) -> None:
+    address = tmp_path / "address"
+    port = free_port()
+    child = subprocess.Popen([sys.executable, "-m", "trainer.serving.vllm_server", "--base_model", "m", "--port", str(port),
+                              "--address_file", str(address), "--log", str(tmp_path / "log")],
+                             cwd=REPO, env={**os.environ, "VLLM_BIN": str(fake_vllm)})
+    try:
+        deadline = time.monotonic() + 60
+        while not address.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert address.read_text().strip() == f"127.0.0.1:{port}"
+        child.terminate()
+        assert child.wait(30) == 0
+        assert served_models(f"http://127.0.0.1:{port}/v1") == set()
+    finally:
+        child.kill()
+
+
+def test_a_fast_start_server_runs_eager_without_kernel_autotuning(tmp_path) -> None:
+    argv = command(ServerSpec("/models/made", fast_start=True), tmp_path / "vllm")
+    assert argv[argv.index("--kernel-config") + 1] == '{"enable_flashinfer_autotune": false}'
+    assert "--enforce-eager" in argv and "--enforce-eager" not in command(ServerSpec("m"), tmp_path / "vllm")

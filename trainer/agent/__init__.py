@@ -1,0 +1,1 @@
+"""The agent: email database, tools, rollout, judge, reward, scenarios."""

@@ -1,0 +1,301 @@
+"""Evaluate any model on a split: ``python -m trainer.eval``.
+
+    python -m trainer.eval --model openai/o3 --model gemini/gemini-2.5-pro --run agent_008
+    python -m trainer.eval --model run:agent_008@all            # on a GPU node (a job, see below)
+    python -m trainer.eval --config agent_008 models=run:agent_008@all split=test   # as a job's workload
+
+Each model answers the split's questions (default: the ``val_set_size`` validation
+questions training validates on) through the training agent, tools, database and
+judge (``trainer.evaluation.engine``), so baselines and checkpoints are comparable. A
+model is any name ``trainer.serving.policy`` reads: a litellm model (from a login node: it
+needs no GPU), ``url:BASE#MODEL``, ``base[:HF_ID]``, or ``run:NAME[@STEP|@all]``
+(served by vLLM on this node's GPU: ``trainer.serving.vllm_server``). As a job:
+
+    python -m hpc.launch --job_name agent_008_eval --time_limit 2:00:00 \
+        --entrypoint trainer.eval --train_arg models=run:agent_008@all
+
+Results: ``<run>/evaluations/<split key>/<model>/records.jsonl`` (per question:
+question, expected and given answer, correct, sources found/read, turns,
+latency, tokens) and ``summary.json``, in the evaluated run's directory (a
+checkpoint), or ``--run``'s (baselines to compare a run with), else
+``<runs dir>/evaluations``. A model already evaluated on the same questions
+with the same judge is not run again unless ``--force``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints
+from hpc.run.rundir import RunDir, read_json, utc_now, write_json_atomic, write_jsonl_atomic
+from trainer.training.config import ConfigError, TrainerConfig, load_config
+from trainer.evaluation.engine import split_key
+from trainer.serving.policy import PolicyError, PolicySpec, open_policy, parse_policy
+
+if TYPE_CHECKING:
+    from trainer.agent.scenarios import Scenario
+
+log = logging.getLogger("trainer.eval")
+EVAL_KEYS = ("models", "split", "limit", "concurrency", "run", "force")
+EXIT_BAD_INPUT = 2
+
+
+class EvalError(Exception):
+    """Something to tell the user in one line (exit 2)."""
+
+
+@dataclass
+class EvalPlan:
+    """What to evaluate, on what, and where the results go."""
+
+    config_name: str
+    config: TrainerConfig
+    models: list[PolicySpec]
+    split: str = "test"
+    limit: int | None = None
+    concurrency: int | None = None
+    run: str | None = None
+    force: bool = False
+    runs_dir: Path = field(default_factory=Path)
+    data_dir: Path = field(default_factory=Path)
+
+
+# -- where things are --------------------------------------------------------------------
+
+
+def slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._@-]+", "_", label)
+
+
+def results_dir(plan: EvalPlan, spec: PolicySpec, key: str) -> Path:
+    """A checkpoint's results live in its run; others in --run's, else the runs dir's."""
+    owner = spec.name if spec.kind == "checkpoint" else plan.run
+    base = RunDir(plan.runs_dir / owner).evaluations_dir if owner else plan.runs_dir / "evaluations"
+    return base / key / slug(spec.label)
+
+
+def already_done(folder: Path, judge_model: str, force: bool) -> dict[str, Any] | None:
+    summary = read_json(folder / "summary.json")
+    if force or summary is None or summary.get("judge_model") != judge_model:
+        return None
+    return summary
+
+
+# -- checkpoints ---------------------------------------------------------------------------
+
+
+def checkpoint_steps(plan: EvalPlan, spec: PolicySpec) -> list[tuple[int, Path]]:
+    """(step, adapter folder) for ``run:NAME@STEP|latest|all``: complete checkpoints only."""
+    record = RunDir(plan.runs_dir / spec.name).read_model_record()
+    if record is None:
+        raise EvalError(f"run {spec.name} has no model.json under {plan.runs_dir}: not a launched run")
+    model_dir = Path(record["model_dir"])
+    complete = [c for c in list_checkpoints(model_dir) if is_complete(c.path)]
+    if spec.step == "all":
+        chosen = complete
+    elif spec.step == "latest":
+        chosen = [c for c in [latest_complete(model_dir)] if c is not None]
+    else:
+        chosen = [c for c in complete if c.step == int(spec.step)]
+    if not chosen:
+        have = ", ".join(str(c.step) for c in complete) or "none"
+        raise EvalError(f"run {spec.name} has no complete checkpoint for @{spec.step} (complete: {have})")
+    return [(c.step, c.path) for c in chosen]
+
+
+def expand(plan: EvalPlan) -> list[tuple[PolicySpec, Path | None]]:
+    """Every model to ask, with the adapter folder vLLM must load (checkpoints), in order."""
+    expanded: list[tuple[PolicySpec, Path | None]] = []
+    for spec in plan.models:
+        if spec.kind == "checkpoint":
+            expanded += [(PolicySpec("checkpoint", spec.name, step=str(step)), path)
+                         for step, path in checkpoint_steps(plan, spec)]
+        else:
+            expanded.append((spec, None))
+    return expanded
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+async def evaluate_one(plan: EvalPlan, spec: PolicySpec, scenarios: list["Scenario"], key: str,
+                       policy: Any, judge: Any) -> dict[str, Any]:
+    from trainer.agent.email_db import EmailDB
+    from trainer.evaluation.engine import evaluate, records, summarize
+    from trainer.agent.rollout import AgentConfig
+
+    config = plan.config
+    agent = AgentConfig(max_turns=config.max_turns, max_tokens=config.max_tokens,
+                        tool_calling=config.tool_calling, temperature=config.temperature)
+    with EmailDB(plan.data_dir / "enron_emails.db") as db:
+        results = await evaluate(policy, scenarios, db=db, judge=judge, agent=agent,
+                                 concurrency=plan.concurrency or config.eval_concurrency)
+    assert results is not None  # no stop event: the evaluation always completes
+    summary = {"model": spec.label, "kind": spec.kind, "split": plan.split, "split_key": key,
+               "judge_model": judge.model, **summarize(results), "time": utc_now()}
+    folder = results_dir(plan, spec, key)
+    write_jsonl_atomic(folder / "records.jsonl", records(results))
+    write_json_atomic(folder / "summary.json", summary)
+    log.info("%s: accuracy %.3f on %d questions (%s)", spec.label, summary["accuracy"], len(results), folder)
+    return summary
+
+
+async def run_plan(plan: EvalPlan) -> list[dict[str, Any]]:
+    from trainer.agent.judge import Judge
+    from trainer.agent.scenarios import load_scenarios
+
+    scenarios = load_scenarios(plan.data_dir, plan.split, limit=plan.limit or plan.config.val_set_size,
+                               max_messages=plan.config.max_messages, shuffle=False)
+    if not scenarios:
+        raise EvalError(f"no {plan.split} scenarios in {plan.data_dir}: stage them with python -m trainer.data prepare")
+    key = split_key(plan.split, scenarios)
+    judge = Judge.from_env(plan.runs_dir / "evaluations" / "judge_cache", plan.config.judge_concurrency,
+                           plan.config.judge_retries)
+    todo, summaries = [], []
+    for spec, adapter in expand(plan):
+        done = already_done(results_dir(plan, spec, key), judge.model, plan.force)
+        if done is not None:
+            log.info("%s: already evaluated on %s with %s (--force runs it again)", spec.label, key, judge.model)
+            summaries.append(done)
+        else:
+            todo.append((spec, adapter))
+    for spec, adapter in [t for t in todo if t[1] is None and t[0].kind != "base"]:
+        summaries.append(await evaluate_one(plan, spec, scenarios, key, open_policy(spec), judge))
+    served = [t for t in todo if t[1] is not None or t[0].kind == "base"]
+    if served:
+        summaries += await evaluate_served(plan, served, scenarios, key, judge)
+    return summaries
+
+
+async def evaluate_served(plan: EvalPlan, served: list[tuple[PolicySpec, Path | None]],
+                          scenarios: list["Scenario"], key: str, judge: Any) -> list[dict[str, Any]]:
+    """Checkpoints and the base model: one vLLM server on this node with every adapter."""
+    from trainer.serving.policy import base_model_for, served_name
+    from trainer.serving.vllm_server import ServerSpec, VLLMServer, free_port
+
+    adapters = {served_name(spec): path for spec, path in served if path is not None}
+    spec = ServerSpec(base_model_for(plan.config.base_model, list(adapters.values())), adapters, port=free_port(),
+                      max_model_len=plan.config.max_seq_length, fast_start=plan.config.vllm_fast_start)
+    log_path = plan.runs_dir / "evaluations" / "vllm" / f"vllm-{os.getpid()}.log"
+    summaries = []
+    with VLLMServer(spec, log_path) as server:
+        for model, _ in served:
+            policy = open_policy(model, base_url=server.base_url)
+            summaries.append(await evaluate_one(plan, model, scenarios, key, policy, judge))
+    return summaries
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str]) -> EvalPlan:
+    parser = argparse.ArgumentParser(prog="python -m trainer.eval", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="agent_008", help="trainer config: agent settings, judge, base model")
+    parser.add_argument("--model", action="append", default=[], help="a model to evaluate (repeatable)")
+    parser.add_argument("--split", default=None, help="train or test (default: test)")
+    parser.add_argument("--limit", type=int, default=None, help="questions (default: the config's val_set_size)")
+    parser.add_argument("--concurrency", type=int, default=None, help="questions in flight (default: eval_concurrency)")
+    parser.add_argument("--run", default=None, help="store results of non-checkpoint models in this run's directory")
+    parser.add_argument("--force", action="store_true", help="evaluate again what was already evaluated")
+    parser.add_argument("settings", nargs="*", metavar="key=value",
+                        help=f"{', '.join(EVAL_KEYS)} (models comma-separated), or a trainer config key")
+    args = parser.parse_args(argv)
+    settings, overrides = split_settings(args.settings)
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as error:
+        raise EvalError(str(error)) from None
+    names = args.model + [m for m in settings.get("models", "").split(",") if m]
+    if not names:
+        raise EvalError("no model to evaluate: give --model NAME (or models=NAME,...)")
+    return EvalPlan(
+        config_name=args.config, config=config,
+        models=[parse_policy(name, config.base_model) for name in names],
+        split=args.split or settings.get("split", "test"),
+        limit=args.limit or int_setting(settings, "limit"),
+        concurrency=args.concurrency or int_setting(settings, "concurrency"),
+        run=args.run or settings.get("run"),
+        force=args.force or settings.get("force", "").lower() in ("1", "true", "yes"),
+        runs_dir=default_runs_dir(), data_dir=data_dir(),
+    )
+
+
+def split_settings(pairs: list[str]) -> tuple[dict[str, str], list[str]]:
+    settings, overrides = {}, []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise EvalError(f"invalid argument {pair!r}: expected key=value")
+        if key in EVAL_KEYS:
+            settings[key] = value
+        else:
+            overrides.append(pair)
+    return settings, overrides
+
+
+def int_setting(settings: dict[str, str], key: str) -> int | None:
+    if key not in settings:
+        return None
+    value = settings[key]
+    if not value.isdigit() or int(value) < 1:
+        raise EvalError(f"invalid {key}={value!r}: expected an integer >= 1")
+    return int(value)
+
+
+def default_runs_dir() -> Path:
+    """In a job, the runs directory its run lives in; else RUNS_DIR as the launcher finds it."""
+    if os.environ.get("HPC_RUN_DIR"):
+        return Path(os.environ["HPC_RUN_DIR"]).parent
+    from trainer.staging.data import REPO, cluster_setting
+
+    return Path(cluster_setting("RUNS_DIR") or REPO / "runs")
+
+
+def data_dir() -> Path:
+    from trainer.staging.data import default_data_dir
+
+    return default_data_dir()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(name)s] %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("httpx", "LiteLLM", "litellm", "openai"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        plan = parse_args(sys.argv[1:] if argv is None else argv)
+        summaries = asyncio.run(run_plan(plan))
+    except (EvalError, PolicyError) as error:
+        print(f"trainer.eval: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as error:  # noqa: BLE001 - e.g. the data or vLLM: one line, the log has the rest
+        from trainer.staging.data import SourceError
+        from trainer.serving.vllm_server import ServerError
+
+        if not isinstance(error, (SourceError, ServerError, OSError)):
+            raise
+        print(f"trainer.eval: error: {error}", file=sys.stderr)
+        return 1
+    print(format_table(summaries))
+    return 0
+
+
+def format_table(summaries: list[dict[str, Any]]) -> str:
+    rows = [f"{'model':40} {'accuracy':>8} {'idk':>6} {'wrong':>6} {'turns':>6} {'failed':>6}"]
+    for s in summaries:
+        rows.append(f"{s['model'][:40]:40} {s['accuracy']:8.3f} {s['i_dont_know_rate']:6.3f} "
+                    f"{s['wrong_answer_rate']:6.3f} {s['mean_turns']:6.2f} {s['failed']:6d}")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

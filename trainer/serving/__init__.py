@@ -1,0 +1,1 @@
+"""Serving: the agent over HTTP, asking it, the policies it runs, the vLLM server."""

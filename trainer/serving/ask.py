@@ -1,0 +1,115 @@
+"""Ask the agent one question from the terminal: ``python -m trainer.ask``.
+
+    python -m trainer.ask "When is Ana's second interview?" --inbox vince.kaminski@enron.com --date 2000-06-16
+        --run agent_008_serve          # a running service: its address and token from the run directory
+        --url http://localhost:8080    # a service (through an ssh -L tunnel, say); --token or $SERVE_TOKEN
+        --model openai/o3              # no service: the agent loop once, here, with that model
+
+Prints the answer, the ids of the emails it cites, the turns and the latency
+(``--transcript`` adds the conversation). Exit 2 on bad input, 1 when the service
+or the model answers with an error (its one-line reason is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+EXIT_BAD_INPUT, EXIT_FAILED = 2, 1
+
+
+class AskError(Exception):
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def service_of(run: str) -> tuple[str, str | None]:
+    """The URL and token of a serve job's run directory (serve/address.json, serve/token)."""
+    from hpc.run.rundir import RunDir
+    from hpc.run.serving import address_of
+    from trainer.evaluation.eval import default_runs_dir
+
+    served = RunDir(Path(run) if "/" in run else default_runs_dir() / run)
+    folder, address = served.serve_dir, address_of(served)
+    if address is None:
+        raise AskError(f"{folder} has no address.json: is the serve job running?", EXIT_BAD_INPUT)
+    host = "127.0.0.1" if address["host"] in ("0.0.0.0", "::") else address["host"]
+    token = (folder / "token").read_text().strip() if address.get("token_required") else None
+    return f"http://{host}:{address['port']}", token
+
+
+def ask_service(url: str, token: str | None, body: dict[str, Any]) -> dict[str, Any]:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.post(f"{url.rstrip('/')}/invoke", json=body, headers=headers, timeout=600)
+    except httpx.HTTPError as error:
+        raise AskError(f"cannot reach {url}: {error}") from None
+    data = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+    if response.status_code != 200:
+        raise AskError(f"{response.status_code}: {data.get('error') or response.text[:300]}",
+                       EXIT_BAD_INPUT if 400 <= response.status_code < 500 else EXIT_FAILED)
+    return data
+
+
+def ask_model(model: str, config_name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """No service: the serving agent's loop once, in this process."""
+    from trainer.training.config import load_config
+    from trainer.staging.data import default_data_dir
+    from trainer.agent.email_db import EmailDB
+    from trainer.serving.policy import open_policy, parse_policy
+    from trainer.serving.serve import Agent, answer_of, request_problem
+
+    config = load_config(config_name)
+    with EmailDB(default_data_dir() / "enron_emails.db") as db:
+        problem = request_problem(body["inbox"], body["query_date"], db)
+        if problem is not None:
+            raise AskError(problem[1], EXIT_BAD_INPUT)
+        agent = Agent(open_policy(parse_policy(model, config.base_model)), db, config, 0.0)
+        began = time.monotonic()
+        trajectory = asyncio.run(agent.answer(body["question"], body["inbox"], body["query_date"]))
+        return answer_of(trajectory, time.monotonic() - began, body["transcript"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.ask", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("question")
+    parser.add_argument("--inbox", required=True)
+    parser.add_argument("--date", required=True, help="the question's date, YYYY-MM-DD")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--run", help="a serve job's run name or directory")
+    where.add_argument("--url", help="a running service")
+    where.add_argument("--model", help="ask this model directly (trainer.serving.policy names)")
+    parser.add_argument("--token", default=os.environ.get("SERVE_TOKEN"), help="with --url (default: $SERVE_TOKEN)")
+    parser.add_argument("--config", default="agent_008", help="with --model: the agent's config")
+    parser.add_argument("--transcript", action="store_true")
+    args = parser.parse_args(argv)
+    body = {"question": args.question, "inbox": args.inbox, "query_date": args.date, "transcript": args.transcript}
+    try:
+        if args.model:
+            reply = ask_model(args.model, args.config, body)
+        else:
+            url, token = service_of(args.run) if args.run else (args.url, args.token)
+            reply = ask_service(url, token, body)
+    except AskError as error:
+        print(f"trainer.ask: error: {error}", file=sys.stderr)
+        return error.code
+    print(f"answer:  {reply['answer']}")
+    print(f"sources: {', '.join(reply['source_ids']) or '-'}")
+    print(f"turns:   {reply['turns']}, {reply['latency_s']:.2f} s")
+    if args.transcript:
+        print(json.dumps(reply.get("transcript"), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,433 @@
+"""Serve the trained agent over HTTP: ``python -m trainer.serve``.
+
+    python -m trainer.serve --model run:agent_008            # the run's latest checkpoint, vLLM on this GPU
+    python -m trainer.serve --model_base http://host:8000/v1 --model_name m   # any OpenAI-compatible server
+    python -m hpc.launch --job_name agent_008_serve --time_limit 8:00:00 --entrypoint trainer.serve \
+        --train_arg model=run:agent_008                       # as a Slurm job
+
+The agent is the one training ran and validation scored: the same loop
+(``trainer.agent.rollout``), tools, email database and config; only the model behind it
+is named here (``trainer.serving.policy``: a run's checkpoint or the base model served by
+vLLM with the LoRA, ``url:...``, or a litellm model).
+
+- ``POST /invoke`` ``{"question", "inbox", "query_date", "transcript": false}`` ->
+  ``{"answer", "source_ids", "turns", "latency_s", "model_s"}`` (``model_s``: the
+  part spent waiting for the model; + ``"transcript"``, the messages and tool calls,
+  when asked). Every response says its time in the application (``Server-Timing``).
+- ``GET /health``, ``GET /info`` (model, checkpoint step, data version).
+
+A bad request is a 4xx with one line (``{"error": ...}``): a missing or
+wrong-typed field 422, an unknown inbox 404, a date that does not parse 422, a
+body over 64 KiB 413, no or a wrong token 401; the model failing mid-answer is a
+502. At most ``max_in_flight`` questions run at once and ``max_queue`` wait; the
+next one is told 503 at once, never left hanging.
+
+A stop signal (the job's USR1 before its limit, TERM from scancel) stops taking
+requests and exits 75, as the trainer does: a cancelled job ends the run, a job at
+its time limit is continued by a new one that serves again.
+
+It binds to 127.0.0.1 unless ``host`` says otherwise; bound beyond localhost it
+requires ``Authorization: Bearer <token>``, a token generated into the run
+directory's ``serve/token`` (mode 0600). Where it listens goes to
+``serve/address.json``; ``scripts/status.sh`` prints the ``ssh -L`` line that
+reaches it from a laptop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import hashlib
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from pydantic import BaseModel, Field
+
+from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now, write_json_atomic
+from hpc.run.serving import LOCALHOSTS
+from trainer.training.config import ConfigError, TrainerConfig, load_config
+from trainer.evaluation.eval import default_runs_dir, slug
+from trainer.serving.policy import PolicyError, PolicySpec, open_policy, parse_policy
+
+log = logging.getLogger("trainer.serve")
+MAX_BODY_BYTES = 64 * 1024
+SERVE_KEYS = ("model", "host", "port", "max_in_flight", "max_queue", "temperature")
+
+
+class ServeError(Exception):
+    """A setting the service cannot start with (one line, exit 2)."""
+
+
+@dataclass
+class ServeSettings:
+    """How the service runs."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_in_flight: int = 8
+    max_queue: int = 64
+    temperature: float = 0.0
+    token: str | None = None  # required in requests when set
+
+    @property
+    def public(self) -> bool:
+        return self.host not in LOCALHOSTS
+
+
+@dataclass
+class Agent:
+    """What answers a question: the model, the database, the agent's settings."""
+
+    policy: Any
+    db: Any
+    config: TrainerConfig
+    temperature: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+    async def answer(self, question: str, inbox: str, query_date: str) -> Any:
+        from trainer.agent.rollout import AgentConfig, rollout
+        from trainer.agent.scenarios import Scenario
+
+        scenario = Scenario(id=0, question=question, answer="", message_ids=(), how_realistic=1.0,
+                            inbox_address=inbox, query_date=query_date, split="test")
+        agent = AgentConfig(max_turns=self.config.max_turns, max_tokens=self.config.max_tokens,
+                            tool_calling=self.config.tool_calling, temperature=self.temperature)
+        return await rollout(self.policy, scenario, db=self.db, judge=None, config=agent)
+
+
+# -- the HTTP application ---------------------------------------------------------------
+
+
+class Invoke(BaseModel):
+    """The body of ``POST /invoke``."""
+
+    question: str = Field(min_length=1, max_length=4000)
+    inbox: str = Field(min_length=3, max_length=320)
+    query_date: str = Field(min_length=10, max_length=10)  # YYYY-MM-DD, checked by request_problem
+    transcript: bool = False
+
+
+def create_app(agent: Agent, settings: ServeSettings) -> Any:
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+
+    app = FastAPI(title="ART-E email agent", version="1")
+    slots = asyncio.Semaphore(settings.max_in_flight)
+    waiting = {"count": 0}
+
+    def error(status: int, message: str) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error(422, one_line_validation_error(exc.errors()))
+
+    app.add_middleware(Guard, token=settings.token)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/info")
+    async def info() -> dict[str, Any]:
+        return agent.info
+
+    @app.post("/invoke")
+    async def invoke(body: Invoke) -> Any:
+        problem = request_problem(body.inbox, body.query_date, agent.db)
+        if problem is not None:
+            return error(*problem)
+        if waiting["count"] >= settings.max_queue + settings.max_in_flight:
+            return error(503, f"busy: {settings.max_in_flight} questions in flight and {settings.max_queue} waiting; "
+                              "try again shortly")
+        waiting["count"] += 1
+        try:
+            async with slots:
+                began = time.monotonic()
+                try:
+                    trajectory = await agent.answer(body.question, body.inbox, body.query_date)
+                except Exception as failure:  # noqa: BLE001 - the model failed mid-answer
+                    return error(502, f"the model failed: {type(failure).__name__}: {' '.join(str(failure).split())[:300]}")
+                return answer_of(trajectory, time.monotonic() - began, body.transcript)
+        finally:
+            waiting["count"] -= 1
+
+    return app
+
+
+class Guard:
+    """Refuses, before anything is read: a missing or wrong token (401; /health stays open)
+    and a body over MAX_BODY_BYTES (413); times every answer (a ``Server-Timing: app;dur=``
+    header, milliseconds from the request's arrival at the application to its response).
+    Plain ASGI: per request it costs a header lookup."""
+
+    def __init__(self, app: Any, token: str | None) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            refusal = self.refusal(scope["path"], headers)
+            if refusal is not None:
+                from fastapi.responses import JSONResponse
+
+                await JSONResponse({"error": refusal[1]}, status_code=refusal[0])(scope, receive, send)
+                return
+            send = timed(send, time.monotonic())
+        await self.app(scope, receive, send)
+
+    def refusal(self, path: str, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
+        authorization = headers.get(b"authorization", b"").decode("latin-1")
+        if self.token and path != "/health" and not token_ok(authorization, self.token):
+            return 401, "missing or wrong token: send 'Authorization: Bearer <token>' (serve/token in the run directory)"
+        length = headers.get(b"content-length", b"0").decode("latin-1")
+        if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+            return 413, f"request body over {MAX_BODY_BYTES} bytes"
+        return None
+
+
+def timed(send: Any, began: float) -> Any:
+    """``send``, adding the Server-Timing header to the response's start."""
+    async def send_timed(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            elapsed = f"app;dur={1000 * (time.monotonic() - began):.1f}".encode()
+            message = {**message, "headers": [*message.get("headers", []), (b"server-timing", elapsed)]}
+        await send(message)
+
+    return send_timed
+
+
+def one_line_validation_error(errors: list[dict[str, Any]]) -> str:
+    first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "body"
+    return f"{where}: {first.get('msg', 'invalid')} (expected JSON {{\"question\", \"inbox\", \"query_date\": YYYY-MM-DD}})"
+
+
+def token_ok(header: str | None, token: str) -> bool:
+    scheme, _, given = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and secrets.compare_digest(given.strip(), token)
+
+
+def request_problem(inbox: str, query_date: str, db: Any) -> tuple[int, str] | None:
+    try:
+        date.fromisoformat(query_date)
+    except ValueError:
+        return 422, f"query_date {query_date!r} is not a date YYYY-MM-DD"
+    if not db.has_inbox(inbox):
+        return 404, f"unknown inbox {inbox!r}: no email in the database was sent by or to it"
+    return None
+
+
+def answer_of(trajectory: Any, latency: float, with_transcript: bool) -> dict[str, Any]:
+    meta = trajectory.metadata
+    reply: dict[str, Any] = {"answer": meta.get("final_answer"), "source_ids": json.loads(meta.get("final_sources") or "[]"),
+                             "turns": int(trajectory.metrics.get("num_turns", 0)), "latency_s": round(latency, 3),
+                             # of which waiting for the model (the rest is the service and the tools)
+                             "model_s": round(float(trajectory.metrics.get("llm_completion_duration", 0.0)), 3)}
+    if with_transcript:
+        from trainer.agent.rollout import request_messages
+
+        reply["transcript"] = request_messages(trajectory)
+    return reply
+
+
+# -- where it listens, and who may ask -----------------------------------------------------
+
+
+def ensure_token(run: RunDir) -> str:
+    """The run's serving token: read, or generated into serve/token with mode 0600."""
+    path = run.serve_dir / "token"
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token
+
+
+def write_address(run: RunDir, settings: ServeSettings, model: str) -> Path:
+    """serve/address.json: where the service listens, for status.sh and trainer.ask."""
+    path = run.serve_dir / "address.json"
+    write_json_atomic(path, {"node": socket.gethostname(), "host": settings.host, "port": settings.port,
+                             "token_required": settings.token is not None, "model": model, "pid": os.getpid(),
+                             "job_id": os.environ.get("SLURM_JOB_ID"), "started": utc_now()})
+    return path
+
+
+def announce(run: RunDir, settings: ServeSettings, model: str) -> None:
+    address = write_address(run, settings, model)
+    print(f"trainer.serve: {model} answering at http://{settings.host}:{settings.port}/invoke "
+          f"({'token required' if settings.token else 'localhost only'}); address in {address}", flush=True)
+
+
+def data_version(db_path: Path) -> str:
+    """A short fingerprint of the email database (size and mtime): which data the agent searches."""
+    stat = db_path.stat()
+    return hashlib.sha1(f"{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
+
+
+# -- running it ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def served_policy(spec: PolicySpec, config: TrainerConfig, run: RunDir,
+                  runs_dir: Path) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """The policy to ask, with vLLM started on this node for a checkpoint or the base model."""
+    info = {"model": spec.label, "kind": spec.kind, "base_model": config.base_model, "checkpoint_step": None}
+    if spec.kind in ("litellm", "url"):
+        yield open_policy(spec), info
+        return
+    from trainer.evaluation.eval import EvalPlan, checkpoint_steps
+    from trainer.serving.policy import base_model_for, served_name
+    from trainer.serving.vllm_server import ServerSpec, VLLMServer, free_port
+
+    adapters = {}
+    if spec.kind == "checkpoint":
+        plan = EvalPlan(config_name="", config=config, models=[spec], runs_dir=runs_dir)
+        ((step, path),) = checkpoint_steps(plan, spec)[-1:]
+        spec = PolicySpec("checkpoint", spec.name, step=str(step))
+        adapters[served_name(spec)] = path
+        info["checkpoint_step"] = step
+    base_model = base_model_for(config.base_model, list(adapters.values()))
+    server = VLLMServer(ServerSpec(base_model, adapters, port=free_port(), max_model_len=config.max_seq_length,
+                                   fast_start=config.vllm_fast_start), run.serve_dir / "vllm.log")
+    with server:
+        yield open_policy(spec, base_url=server.base_url), {**info, "model": spec.label, "base_model": base_model}
+
+
+def run_service(agent: Agent, settings: ServeSettings, on_ready: Callable[[], None]) -> None:
+    """uvicorn until SIGTERM/SIGINT/SIGUSR1 (a job's end): then it stops taking requests and
+    exits. ``on_ready`` runs once it listens (the address is written only then)."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(create_app(agent, settings), host=settings.host, port=settings.port,
+                                           log_level="warning", access_log=False, http=fastest("httptools", "auto")))
+    server.install_signal_handlers = lambda: None  # ours below: USR1 (time limit) stops it too
+    import_request_path()
+    gc.freeze()  # start-up's objects out of every later full collection: those took 50-110 ms
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
+    event_loop_runner()(serve_until_stopped(server, on_ready))
+
+
+async def serve_until_stopped(server: Any, on_ready: Callable[[], None]) -> None:
+    serving = asyncio.ensure_future(server.serve())
+    while not server.started and not serving.done():
+        await asyncio.sleep(0.05)
+    if server.started:
+        on_ready()
+    await serving
+
+
+def event_loop_runner() -> Callable[[Any], Any]:
+    """uvloop's where installed (uvicorn[standard]): several times less CPU per request than
+    asyncio's own loop (bench/serve_load.py)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
+
+
+def import_request_path() -> None:
+    """What answering imports on first use (ART, the agent loop, the OpenAI types), imported
+    now: before gc.freeze(), so that they never weigh on a collection during a request."""
+    import art  # noqa: F401
+    from openai.types.chat import ChatCompletion  # noqa: F401
+
+    from trainer.agent import rollout, scenarios, tools  # noqa: F401
+
+
+def fastest(module: str, fallback: str) -> str:
+    """``module`` (uvicorn's httptools parser) where installed, else ``fallback``."""
+    import importlib.util
+
+    return module if importlib.util.find_spec(module) else fallback
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str]) -> tuple[str, TrainerConfig, PolicySpec, ServeSettings, RunDir]:
+    parser = argparse.ArgumentParser(prog="python -m trainer.serve", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="agent_008")
+    parser.add_argument("--model", default=None, help="what answers (trainer.serving.policy): run:NAME[@STEP], base, url:..., openai/o3")
+    parser.add_argument("--model_base", default=None, help="any OpenAI-compatible endpoint (instead of --model)")
+    parser.add_argument("--model_name", default="base", help="the model name to ask --model_base for")
+    parser.add_argument("--host", default=None, help="default 127.0.0.1; anything else requires the token")
+    parser.add_argument("--port", type=int, default=None, help="default 8080")
+    parser.add_argument("--run_dir", type=Path, default=None, help="where serve/ goes (default: $HPC_RUN_DIR)")
+    parser.add_argument("settings", nargs="*", metavar="key=value", help=f"{', '.join(SERVE_KEYS)} (as a job's --train_arg)")
+    args = parser.parse_args(argv)
+    values = dict(pair.partition("=")[::2] for pair in args.settings)
+    unknown = sorted(set(values) - set(SERVE_KEYS))
+    if unknown:
+        raise ServeError(f"unknown setting {unknown[0]!r}: accepted {', '.join(SERVE_KEYS)}")
+    try:
+        config = load_config(args.config)
+    except ConfigError as error:
+        raise ServeError(str(error)) from None
+    model = args.model or values.get("model") or (f"url:{args.model_base}#{args.model_name}" if args.model_base else None)
+    if not model:
+        raise ServeError("no model to serve: give --model (run:NAME, base, url:..., openai/o3) or --model_base URL")
+    settings = ServeSettings(host=args.host or values.get("host", "127.0.0.1"),
+                             port=args.port or int_value(values, "port", 8080),
+                             max_in_flight=int_value(values, "max_in_flight", 8),
+                             max_queue=int_value(values, "max_queue", 64),
+                             temperature=float(values.get("temperature", 0.0)))
+    spec = parse_policy(model, config.base_model)
+    run_dir = args.run_dir or (Path(os.environ["HPC_RUN_DIR"]) if os.environ.get("HPC_RUN_DIR")
+                               else default_runs_dir() / f"serve-{slug(spec.label)}")
+    return args.config, config, spec, settings, RunDir(run_dir)
+
+
+def int_value(values: dict[str, str], key: str, default: int) -> int:
+    text = values.get(key)
+    if text is None:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise ServeError(f"invalid {key}={text!r}: expected an integer >= 1")
+    return int(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(name)s] %(message)s", datefmt="%H:%M:%S")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        _, config, spec, settings, run = parse_args(sys.argv[1:] if argv is None else argv)
+        from trainer.staging.data import default_data_dir
+        from trainer.agent.email_db import EmailDB
+
+        db_path = default_data_dir() / "enron_emails.db"
+        if not db_path.exists():
+            raise ServeError(f"no email database at {db_path}: stage it with python -m trainer.data prepare")
+        settings.token = ensure_token(run) if settings.public else None
+        with EmailDB(db_path) as db, served_policy(spec, config, run, default_runs_dir()) as (policy, info):
+            agent = Agent(policy, db, config, settings.temperature,
+                          {**info, "data_version": data_version(db_path), "config": config.model_name})
+            run_service(agent, settings, lambda: announce(run, settings, info["model"]))
+    except (ServeError, PolicyError) as error:
+        print(f"trainer.serve: error: {error}", file=sys.stderr)
+        return 2
+    print("trainer.serve: stopped", flush=True)
+    return EXIT_STOPPED_FOR_TIME  # stopped on request: a cancel ends the run, a time limit continues it
+
+
+if __name__ == "__main__":
+    sys.exit(main())

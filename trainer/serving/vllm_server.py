@@ -1,0 +1,224 @@
+"""Serve a base model and LoRA checkpoints with vLLM's OpenAI-compatible server.
+
+Evaluating a checkpoint, serving the trained agent and a judge inside an
+offline job all need the same thing: vLLM on this node's GPU, answering the
+OpenAI API, with the run's LoRA adapters loaded next to the base model. This
+module starts that server as a child process (its own log file), waits until it
+answers, and stops it (TERM, then KILL) however the caller ends.
+
+Which vLLM: ``VLLM_BIN`` if set; else the ``vllm`` command in ART's runtime
+environment (the one ``setup.sh --backend`` built, ``hpc.job.vllm_runtime``), so
+what serves a checkpoint is what served its rollouts; else ``vllm`` on the PATH.
+Qwen2.5's tool calls are parsed with vLLM's ``hermes`` parser.
+
+    python -m trainer.serving.vllm_server --base_model Qwen/Qwen2.5-14B-Instruct \
+        --adapter agent_008@630=<model dir>/checkpoints/0630 [--port 8000] [--address_file F]
+
+runs in the foreground until TERM (for job scripts), writing ``host:port`` to
+``--address_file`` once the server answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+DEFAULT_TOOL_PARSER = "hermes"  # Qwen2.5's <tool_call> format
+BASE_NAME = "base"  # the name the base model is served under
+FAST_START_KERNEL_CONFIG = {"enable_flashinfer_autotune": False}
+
+
+class ServerError(RuntimeError):
+    """vLLM could not be found, did not start, or died (one line; its log has the rest)."""
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """What to serve, and where."""
+
+    base_model: str
+    adapters: dict[str, Path] = field(default_factory=dict)  # served name -> LoRA folder
+    port: int = 8000
+    host: str = "127.0.0.1"
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int = 32768
+    tool_parser: str = DEFAULT_TOOL_PARSER
+    served_name: str = BASE_NAME  # a judge is served under its model id (the judge's cache is keyed by it)
+    tensor_parallel_size: int = 1  # GPUs one model spans (a judge too large for one GPU)
+    fast_start: bool = False  # config vllm_fast_start: no CUDA graphs, no kernel autotuning
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}/v1"
+
+
+def find_vllm(env: Mapping[str, str] = os.environ) -> Path:
+    """VLLM_BIN, else ART's runtime environment's vllm, else vllm on the PATH."""
+    from hpc.job.vllm_runtime import choose
+
+    if env.get("VLLM_BIN"):
+        return Path(env["VLLM_BIN"])
+    runtime = choose(env).server
+    if runtime is not None and (runtime.parent / "vllm").is_file():
+        return runtime.parent / "vllm"
+    found = shutil.which("vllm")
+    if found is None:
+        raise ServerError("no vLLM found: build ART's runtime with `bash setup.sh --backend`, or set VLLM_BIN")
+    return Path(found)
+
+
+def lora_rank(adapter: Path) -> int:
+    """The adapter's rank (adapter_config.json "r"); vLLM must be started with at least it."""
+    try:
+        return int(json.loads((adapter / "adapter_config.json").read_text()).get("r", 8))
+    except (OSError, ValueError) as error:
+        raise ServerError(f"{adapter} is not a LoRA adapter folder ({error})") from None
+
+
+def command(spec: ServerSpec, vllm: Path) -> list[str]:
+    """The ``vllm serve`` command line for ``spec``."""
+    argv = [str(vllm), "serve", spec.base_model, "--host", spec.host, "--port", str(spec.port),
+            "--served-model-name", spec.served_name, "--gpu-memory-utilization", str(spec.gpu_memory_utilization),
+            "--max-model-len", str(spec.max_model_len), "--enable-auto-tool-choice",
+            "--tool-call-parser", spec.tool_parser]
+    if spec.fast_start:
+        argv += ["--enforce-eager", "--kernel-config", json.dumps(FAST_START_KERNEL_CONFIG)]
+    if spec.tensor_parallel_size > 1:
+        argv += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
+    if spec.adapters:
+        argv += ["--enable-lora", "--max-lora-rank", str(max(lora_rank(p) for p in spec.adapters.values())),
+                 "--max-loras", str(min(len(spec.adapters), 4)),
+                 "--lora-modules", *(f"{name}={path}" for name, path in spec.adapters.items())]
+    return argv
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+class VLLMServer:
+    """A vLLM server child process: ``with VLLMServer(spec, log) as server: server.base_url``."""
+
+    def __init__(self, spec: ServerSpec, log_path: Path, *, vllm: Path | None = None,
+                 env: Mapping[str, str] | None = None, ready_timeout: float = 1800.0) -> None:
+        self.spec, self.log_path, self.ready_timeout = spec, Path(log_path), ready_timeout
+        self._vllm, self._env = vllm, dict(env if env is not None else os.environ)
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self.spec.base_url
+
+    def start(self) -> "VLLMServer":
+        argv = command(self.spec, self._vllm or find_vllm(self._env))
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self._env,
+                                             start_new_session=True)
+        self.wait_ready()
+        return self
+
+    def wait_ready(self) -> None:
+        """Until /health answers and /v1/models lists every served name (model loading takes minutes)."""
+        wanted = {self.spec.served_name, *self.spec.adapters}
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            if self._process is not None and self._process.poll() is not None:
+                raise ServerError(f"vLLM exited with {self._process.returncode} before it was ready; "
+                                  f"see {self.log_path}")
+            if wanted <= served_models(self.base_url):
+                return
+            time.sleep(1.0)
+        self.stop()
+        raise ServerError(f"vLLM did not answer within {self.ready_timeout:.0f}s; see {self.log_path}")
+
+    def stop(self, grace: float = 30.0) -> None:
+        """TERM the server's process group, KILL it after ``grace`` seconds."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def __enter__(self) -> "VLLMServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def served_models(base_url: str) -> set[str]:
+    """The model names the server lists, or an empty set while it is not answering."""
+    try:
+        with urllib.request.urlopen(f"{base_url.removesuffix('/v1')}/health", timeout=5) as health:
+            if health.status != 200:
+                return set()
+        with urllib.request.urlopen(f"{base_url}/models", timeout=5) as listing:
+            return {m["id"] for m in json.loads(listing.read())["data"]}
+    except (OSError, ValueError, KeyError):
+        return set()
+
+
+# -- command line (job scripts) ------------------------------------------------------
+
+
+def parse_adapter(text: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH, got {text!r}")
+    return name, Path(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.serving.vllm_server", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base_model", required=True)
+    parser.add_argument("--adapter", action="append", default=[], type=parse_adapter, metavar="NAME=PATH")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=None, help="default: a free port")
+    parser.add_argument("--gpu_memory_utilization", type=float, default=0.9)
+    parser.add_argument("--max_model_len", type=int, default=32768)
+    parser.add_argument("--log", type=Path, default=Path("vllm_server.log"))
+    parser.add_argument("--address_file", type=Path, default=None, help="write host:port here once ready")
+    parser.add_argument("--served_name", default=BASE_NAME, help="the name the base model answers to")
+    parser.add_argument("--tensor_parallel_size", type=int, default=1, help="GPUs the model spans")
+    args = parser.parse_args(argv)
+    spec = ServerSpec(args.base_model, dict(args.adapter), args.port or free_port(args.host), args.host,
+                      args.gpu_memory_utilization, args.max_model_len, served_name=args.served_name,
+                      tensor_parallel_size=args.tensor_parallel_size)
+    stopping: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(sig, lambda signum, _frame: stopping.append(signum))
+    try:
+        with VLLMServer(spec, args.log) as server:
+            if args.address_file:
+                args.address_file.write_text(f"{spec.host}:{spec.port}\n")
+            print(f"vllm_server: serving {sorted({spec.served_name, *spec.adapters})} at {server.base_url}", flush=True)
+            while not stopping and server._process is not None and server._process.poll() is None:
+                time.sleep(1.0)
+    except ServerError as error:
+        print(f"vllm_server: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

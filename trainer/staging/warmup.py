@@ -1,0 +1,279 @@
+"""A supervised warm-up that teaches a made model the agent's tool format:
+``python -m trainer.warmup BASE OUT [--data_dir D] [--steps N]``.
+
+A model with random weights (``trainer.data make-model``) never emits a tool call,
+so every rollout of a group earns the same reward and GRPO has nothing to learn
+from: the RL loop would run, but train nothing. A short warm-up on scripted
+trajectories gives it the format and sometimes the right moves, which is what
+makes rewards differ inside a group. Each trajectory is what a good agent does on
+a training scenario, played through the real tools (``trainer.agent.tools``) on the real
+email database: search with the question's words that the answer's email holds,
+read that email, answer with the reference answer citing it. The conversation is
+rendered with the model's own chat template and the real system prompt
+(``trainer.agent.rollout.system_prompt``); the loss counts the assistant turns only.
+
+Needs torch and transformers (the backend's environment, on a GPU node); the
+scripted trajectories themselves need neither. Writes an ordinary model folder:
+the warmed weights, the base model's tokenizer files, and ``made_by.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainer.agent.reward import Rubric
+from trainer.agent.rollout import AgentConfig, system_prompt
+from trainer.agent.tools import READ_EMAIL, RETURN_FINAL_ANSWER, SEARCH_EMAILS, TOOL_SCHEMAS, EmailTools
+
+if TYPE_CHECKING:
+    from trainer.agent.email_db import EmailDB
+    from trainer.agent.scenarios import Scenario
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
+                   "generation_config.json")
+KEYWORDS_PER_SEARCH = 2
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'-]{3,}")
+_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+
+
+class WarmupError(ValueError):
+    """Bad input to the warm-up: one line naming the value and what is accepted."""
+
+
+# -- scripted trajectories (no torch) ------------------------------------------------------------------
+
+
+def keywords(question: str, email_text: str, limit: int = KEYWORDS_PER_SEARCH) -> list[str]:
+    """The question's longest words that the answer's email also holds: a search that finds it."""
+    text = email_text.lower()
+    words = dict.fromkeys(word.lower() for word in _WORD.findall(question))
+    found = sorted((word for word in words if word in text), key=len, reverse=True)
+    return found[:limit]
+
+
+def tool_call(number: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"id": f"call_{number}", "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+
+
+def scripted_conversation(scenario: "Scenario", db: "EmailDB", agent: AgentConfig) -> list[dict[str, Any]] | None:
+    """A good agent's conversation on ``scenario`` through the real tools, or None when the
+    answer's email is missing or no word of the question finds it."""
+    email = db.read(scenario.message_ids[0])
+    if email is None:
+        return None
+    words = keywords(scenario.question, f"{email.subject}\n{email.body}")
+    if not words:
+        return None
+    tools = EmailTools(scenario, db, Rubric())
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt(scenario, agent)},
+                                      {"role": "user", "content": scenario.question}]
+    moves = [(SEARCH_EMAILS, {"keywords": words}), (READ_EMAIL, {"message_id": email.message_id}),
+             (RETURN_FINAL_ANSWER, {"answer": scenario.answer, "sources": [email.message_id]})]
+    for number, (name, arguments) in enumerate(moves, start=1):
+        call = tool_call(number, name, arguments)
+        outcome = tools.call(name, arguments)
+        if outcome.format_error:
+            return None
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        if outcome.final_answer is None:
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": outcome.content})
+    return messages if email.message_id in messages[3]["content"] else None
+
+
+def scripted_conversations(scenarios: list["Scenario"], db: "EmailDB", agent: AgentConfig) -> list[list[dict[str, Any]]]:
+    conversations = [scripted_conversation(scenario, db, agent) for scenario in scenarios]
+    return [conversation for conversation in conversations if conversation is not None]
+
+
+def parsed_tool_call(text: str) -> dict[str, Any] | None:
+    """The first ``<tool_call>`` JSON of a generated turn with a name and arguments, as vLLM's
+    hermes parser reads it; None when there is none."""
+    match = _TOOL_CALL.search(text)
+    if not match:
+        return None
+    try:
+        call = json.loads(match.group(1))
+    except json.JSONDecodeError:
+        return None
+    return call if isinstance(call, dict) and "name" in call and "arguments" in call else None
+
+
+# -- tokenising with the assistant turns as targets --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Example:
+    input_ids: list[int]
+    labels: list[int]  # -100 outside the assistant turns
+
+
+def assistant_spans(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered conversation and the character spans of its assistant turns (each from the
+    end of its generation prompt to the end of its ``<|im_end|>``)."""
+    render = lambda upto, prompt: tokenizer.apply_chat_template(  # noqa: E731
+        messages[:upto], tools=TOOL_SCHEMAS, tokenize=False, add_generation_prompt=prompt)
+    spans = [(len(render(index, True)), len(render(index + 1, False)))
+             for index, message in enumerate(messages) if message["role"] == "assistant"]
+    return render(len(messages), False), spans
+
+
+def to_example(tokenizer: Any, messages: list[dict[str, Any]]) -> Example:
+    text, spans = assistant_spans(tokenizer, messages)
+    encoded = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
+    labels = [token if any(start <= begin < end for start, end in spans) else -100
+              for token, (begin, _) in zip(encoded["input_ids"], encoded["offset_mapping"])]
+    return Example(list(encoded["input_ids"]), labels)
+
+
+# -- training (torch) ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WarmupReport:
+    conversations: int
+    steps: int
+    first_loss: float
+    last_loss: float
+    seconds: float
+    tool_call_rate: float  # first turns (greedy) that parse as a tool call after the warm-up
+
+
+def batches(examples: list[Example], size: int, steps: int, seed: int):  # -> Iterator[list[Example]]
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(steps):
+        yield [rng.choice(examples) for _ in range(size)]
+
+
+def collate(batch: list[Example], pad_id: int, device: str):  # -> dict of tensors
+    import torch
+
+    width = max(len(example.input_ids) for example in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, example in enumerate(batch):
+        n = len(example.input_ids)
+        ids[row, :n], labels[row, :n], mask[row, :n] = (torch.tensor(example.input_ids), torch.tensor(example.labels), 1)
+    return {"input_ids": ids.to(device), "labels": labels.to(device), "attention_mask": mask.to(device)}
+
+
+def train(model: Any, examples: list[Example], pad_id: int, *, steps: int, batch_size: int, learning_rate: float,
+          seed: int, device: str, say=print) -> list[float]:
+    import torch
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    model.train()
+    losses = []
+    for step, batch in enumerate(batches(examples, batch_size, steps, seed), start=1):
+        loss = model(**collate(batch, pad_id, device)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if step == 1 or step % max(1, steps // 10) == 0 or step == steps:
+            say(f"warmup step {step}/{steps}: loss {losses[-1]:.4f}")
+    return losses
+
+
+def tool_call_rate(model: Any, tokenizer: Any, conversations: list[list[dict[str, Any]]], device: str) -> float:
+    """The share of first turns, generated greedily after the system and user messages, that parse as a tool call."""
+    import torch
+
+    model.eval()
+    parsed = 0
+    with torch.no_grad():
+        for messages in conversations:
+            prompt = tokenizer.apply_chat_template(messages[:2], tools=TOOL_SCHEMAS, tokenize=False,
+                                                   add_generation_prompt=True)
+            ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"].to(device)
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=64, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)
+            parsed += parsed_tool_call(tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=False)) is not None
+    return parsed / max(1, len(conversations))
+
+
+def save(model: Any, base: Path, out: Path, report: WarmupReport) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out), safe_serialization=True)
+    for name in TOKENIZER_FILES:
+        if (base / name).is_file():
+            shutil.copy2(base / name, out / name)
+    made = json.loads((base / "made_by.json").read_text()) if (base / "made_by.json").is_file() else {}
+    (out / "made_by.json").write_text(json.dumps({**made, "path": str(out), "warmup": report.__dict__}, indent=2) + "\n")
+
+
+def warm_up(base: Path, out: Path, data_dir: Path, *, steps: int, batch_size: int, learning_rate: float,
+            max_turns: int, seed: int = 0, check: int = 16, say=print) -> WarmupReport:
+    """Warm ``base`` up into ``out``; ``check`` conversations' first turns are generated after it."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainer.staging.data import data_paths
+    from trainer.agent.email_db import EmailDB
+    from trainer.agent.scenarios import load_scenarios
+
+    with EmailDB(data_paths(data_dir).db) as db:
+        conversations = scripted_conversations(load_scenarios(data_dir, "train", limit=None), db,
+                                               AgentConfig(max_turns=max_turns))
+    if not conversations:
+        raise WarmupError(f"no training scenario of {data_dir} gives a scripted conversation (no question word found "
+                          "its email); stage the data with `python -m trainer.data prepare`")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.bfloat16 if device == "cuda" else torch.float32)
+    model.to(device)
+    examples = [to_example(tokenizer, messages) for messages in conversations]
+    say(f"warmup: {len(examples)} scripted conversations from {data_dir}, {steps} steps of {batch_size} on {device}")
+    began = time.monotonic()
+    losses = train(model, examples, tokenizer.pad_token_id, steps=steps, batch_size=batch_size,
+                   learning_rate=learning_rate, seed=seed, device=device, say=say)
+    report = WarmupReport(len(examples), steps, round(losses[0], 4), round(losses[-1], 4),
+                          round(time.monotonic() - began, 1), round(tool_call_rate(model, tokenizer, conversations[:check], device), 3))
+    save(model.to(torch.bfloat16), base, out, report)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.warmup", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("base", type=Path, help="the model folder to start from (trainer.data make-model)")
+    parser.add_argument("out", type=Path, help="where the warmed model goes")
+    parser.add_argument("--data_dir", type=Path, default=None, help="the staged data (default: $DATA_DIR, else <repo>/data)")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--learning_rate", type=float, default=1e-3)
+    parser.add_argument("--max_turns", type=int, default=10, help="as the RL run's config (the system prompt says it)")
+    args = parser.parse_args(argv)
+    from trainer.staging.data import default_data_dir
+
+    try:
+        if args.steps < 1 or args.batch_size < 1:
+            raise WarmupError(f"--steps {args.steps} / --batch_size {args.batch_size}: both must be integers >= 1")
+        if not (args.base / "config.json").is_file():
+            raise WarmupError(f"{args.base} is not a model folder (no config.json); make one with "
+                              "`python -m trainer.data make-model DIR`")
+        report = warm_up(args.base, args.out, args.data_dir or default_data_dir(), steps=args.steps,
+                         batch_size=args.batch_size, learning_rate=args.learning_rate, max_turns=args.max_turns)
+    except WarmupError as error:
+        print(f"trainer.warmup: error: {error}", file=sys.stderr)
+        return 2
+    print(f"warmup done: {report.conversations} conversations, {report.steps} steps in {report.seconds} s, loss "
+          f"{report.first_loss} -> {report.last_loss}, first turns parsing as a tool call: {report.tool_call_rate:.0%}; "
+          f"model: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Training: the loop, one training step, validation, preflight, the config."""
