@@ -811,7 +811,7 @@ def print_tail(path: str, lines: int) -> None:
 
 
 def launcher_runs_dir() -> Path:
-    """The launcher's default, by the launcher's code (hpc/launcher/launch.py spec_from_args):
+    """The launcher's default, by the launcher's code (hpc/launcher/single_run.py spec_from_args):
     RUNS_DIR from the merged dotenv of the detected cluster, else <repo>/runs."""
     try:
         from hpc.launcher.clusters import load_registry

@@ -1,7 +1,7 @@
 """Launching a sweep (login side): every run of it, alone or packed onto nodes.
 
 hpc/launcher/sweeps.py expands ``--sweep``/``--sweep_file`` into runs; this module makes
-each run the launcher's own JobSpec (hpc.launcher.launch.spec_from_args, so every value
+each run the launcher's own JobSpec (hpc.launcher.single_run.spec_from_args, so every value
 passes the same checks, the trainer's config loader included, before anything
 is written), decides which runs need a job (not finished, no job queued or
 running: a relaunch resumes the unfinished runs and leaves the others alone),
@@ -23,7 +23,7 @@ import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hpc.launcher import launch, packing, queue_preflight, sweeps
+from hpc.launcher import packing, queue_preflight, single_run, sweeps
 from hpc.launcher import submit as slurm
 from hpc.launcher.clusters import Registry
 from hpc.launcher.envfiles import merge_layers, redact_argv
@@ -92,20 +92,20 @@ def member_spec(args: argparse.Namespace, member: sweeps.Member, registry: Regis
     run_args.job_name = member.name
     run_args.train_arg = [*args.train_arg, *member.overrides]
     try:
-        return launch.spec_from_args(run_args, registry)
+        return single_run.spec_from_args(run_args, registry)
     except UsageError as error:
         raise UsageError(f"sweep run {member.name} ({member.describe()}): {error}") from None
 
 
 def run_state(spec: JobSpec, active: dict[str, str], restart: bool) -> tuple[str, bool]:
     """Where the run stands and whether it needs a job (``active``: the sweep's queued and running jobs)."""
-    mine = {job: state for job, state in active.items() if job in launch.ledger_job_ids(spec.run_dir)}
+    mine = {job: state for job, state in active.items() if job in single_run.ledger_job_ids(spec.run_dir)}
     if mine:
         jobs = ", ".join(f"{job} ({state})" for job, state in mine.items())
         return f"has job(s) {jobs}: left alone", False
     if spec.run_dir.read_done() and not restart:
-        return launch.resume_summary(spec, restart).split(";")[0] + ": left alone", False
-    return launch.resume_summary(spec, restart), True
+        return single_run.resume_summary(spec, restart).split(";")[0] + ": left alone", False
+    return single_run.resume_summary(spec, restart), True
 
 
 def plan(args: argparse.Namespace, registry: Registry) -> SweepPlan:
@@ -114,7 +114,7 @@ def plan(args: argparse.Namespace, registry: Registry) -> SweepPlan:
     if not members:
         raise UsageError(f"sweep {sweep.name!r} has no runs: give --sweep KEY=V1,V2 or --sweep_file")
     specs = [member_spec(args, member, registry) for member in members]
-    active = slurm.active_jobs([job for spec in specs for job in launch.ledger_job_ids(spec.run_dir)])  # one squeue
+    active = slurm.active_jobs([job for spec in specs for job in single_run.ledger_job_ids(spec.run_dir)])  # one squeue
     runs = [Planned(member, spec, *run_state(spec, active, args.restart)) for member, spec in zip(members, specs)]
     return SweepPlan(sweep, runs, jobs_per_pack(args, specs), tuple(args.env))
 
@@ -165,7 +165,7 @@ def pack_env(plan: SweepPlan, name: str):  # -> MergedEnv
 
 def packed_script(spec: JobSpec) -> str:
     """A run's own script as a pack job runs it."""
-    return launch.checked_script(replace(spec, packed=True))
+    return single_run.checked_script(replace(spec, packed=True))
 
 
 def job_specs(plan: SweepPlan) -> list[JobSpec]:
@@ -213,12 +213,12 @@ def preview_scripts(jobs: list[JobSpec], run: JobSpec) -> None:
     first = jobs[0]
     if first.pack:
         print(f"\n# job script of job 1 ({first.script_path})")
-        print(launch.checked_script(first), end="")
+        print(single_run.checked_script(first), end="")
         print(f"\n# the script of its run {run.job_name} ({run.script_path}); the other runs' differ in names and values")
         print(packed_script(run), end="")
     else:
         print(f"\n# job script of job 1 ({first.script_path}); the other runs' differ in names and values")
-        print(launch.checked_script(first), end="")
+        print(single_run.checked_script(first), end="")
     print("\n# commands")
     for job in jobs:
         print(shlex.join(slurm.sbatch_command(job.script_path)))
@@ -264,10 +264,10 @@ def record_sweep(plan: SweepPlan) -> None:
 
 def submit_alone(run: Planned, sweep: str, argv: list[str], restart: bool) -> None:
     """A run in a job of its own, exactly as a single launch submits it."""
-    script = launch.checked_script(run.spec)
+    script = single_run.checked_script(run.spec)
     try:
-        launch.submit_run(run.spec, script, argv, restart)
-    except launch.ActiveJobs as error:
+        single_run.submit_run(run.spec, script, argv, restart)
+    except single_run.ActiveJobs as error:
         print(f"{run.spec.job_name}: {error}; left alone")
         return
     run.spec.run_dir.write_sweep_member(sweep, dict(run.member.values))
@@ -284,7 +284,7 @@ def submit_pack(plan: SweepPlan, group: list[Planned], index: int, argv: list[st
         spec = pack_spec(plan, ready, index)
         write_pack_files(spec)
         job_id = slurm.submit(spec.script_path)
-        commit = slurm.git_commit(launch.REPO_DIR)
+        commit = slurm.git_commit(single_run.REPO_DIR)
         for run in ready:
             record_submit(run, spec, job_id, commit, redact_argv(argv, run.spec.env))
     names = ", ".join(r.spec.job_name for r in ready)
@@ -295,12 +295,12 @@ def submit_pack(plan: SweepPlan, group: list[Planned], index: int, argv: list[st
 def prepared(run: Planned, sweep: str, restart: bool) -> bool:
     """The run's files written for a pack (False: it has a job, or is finished)."""
     try:
-        launch.integrity(run.spec, restart)
-        launch.refuse_active(run.spec)
-    except launch.ActiveJobs as error:
+        single_run.integrity(run.spec, restart)
+        single_run.refuse_active(run.spec)
+    except single_run.ActiveJobs as error:
         print(f"{run.spec.job_name}: {error}; left alone")
         return False
-    if not launch.prepare_run(run.spec, packed_script(run.spec), restart):
+    if not single_run.prepare_run(run.spec, packed_script(run.spec), restart):
         return False
     run.spec.run_dir.write_sweep_member(sweep, dict(run.member.values))
     return True
@@ -311,8 +311,8 @@ def write_pack_files(spec: JobSpec) -> None:
     spec.run_dir.scripts_dir.mkdir(parents=True, exist_ok=True)
     spec.run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
     with open(spec.script_path, "x") as handle:
-        handle.write(launch.checked_script(spec))
-    launch.write_secrets(spec.run_dir, spec.env.secret_values())
+        handle.write(single_run.checked_script(spec))
+    single_run.write_secrets(spec.run_dir, spec.env.secret_values())
 
 
 def record_submit(run: Planned, pack: JobSpec, job_id: str, commit: str | None, argv: list[str]) -> None:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from hpc.launcher import launch
+from hpc.launcher import launch, single_run
 
 
 @pytest.fixture(autouse=True)
 def no_sbatch(monkeypatch):
     """Render-only: no `sbatch --test-only` even where Slurm is installed."""
-    monkeypatch.setattr(launch.slurm, "sbatch_path", lambda: None)
+    monkeypatch.setattr(single_run.slurm, "sbatch_path", lambda: None)
 
 
 @pytest.fixture(autouse=True)

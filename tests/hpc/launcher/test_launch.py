@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hpc.launcher import launch
+from hpc.launcher import launch, single_run
 from hpc.launcher.clusters import load_registry
 
 REPO = Path(__file__).resolve().parents[3]
@@ -29,7 +29,7 @@ def base_args(runs_dir, *extra):
 @pytest.fixture(autouse=True)
 def no_sbatch(monkeypatch):
     """These tests describe a machine without Slurm; the Slurm tests live elsewhere."""
-    monkeypatch.setattr(launch.slurm, "sbatch_path", lambda: None)
+    monkeypatch.setattr(single_run.slurm, "sbatch_path", lambda: None)
 
 
 @pytest.mark.parametrize(
@@ -186,8 +186,8 @@ def render_for(runs_dir: Path, job_name: str, env_value: str, train_value: str) 
         "--env", f"ODD_VALUE={env_value}", "--env", "ECHO_ENV_NAMES=ODD_VALUE",
         "--train_arg", f"note={train_value}",
     ])
-    spec = launch.spec_from_args(args, load_registry())
-    return launch.render_script(spec), spec
+    spec = single_run.spec_from_args(args, load_registry())
+    return single_run.render_script(spec), spec
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -195,7 +195,7 @@ def render_for(runs_dir: Path, job_name: str, env_value: str, train_value: str) 
 def test_rendered_script_passes_bash_n_and_the_workload_sees_the_exact_strings(job_name, env_value, train_value):
     with tempfile.TemporaryDirectory() as tmp:
         script, spec = render_for(Path(tmp) / "runs", job_name, env_value, train_value)
-        launch.bash_syntax_check(script)
+        single_run.bash_syntax_check(script)
         path = Path(tmp) / "job.sh"
         path.write_text(script)
         spec.run_dir.path.mkdir(parents=True)

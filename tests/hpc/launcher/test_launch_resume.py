@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpc.run import checkpoints as ck
-from hpc.launcher import launch
+from hpc.launcher import launch, single_run
 from hpc.run import ownership
 from hpc.run.rundir import RunDir
 from tests.doubles.step_trainer import safetensors_bytes
@@ -48,10 +48,10 @@ def sbatch(monkeypatch) -> list[str | None]:
         dependencies.append(dependency)
         return str(1000 + len(dependencies))
 
-    monkeypatch.setattr(launch.slurm, "sbatch_path", lambda: None)  # no --test-only in the dry run
-    monkeypatch.setattr(launch.slurm, "require_sbatch", lambda: "/usr/bin/sbatch")
-    monkeypatch.setattr(launch.slurm, "submit", submit)
-    monkeypatch.setattr(launch.slurm, "active_jobs", lambda ids: {})
+    monkeypatch.setattr(single_run.slurm, "sbatch_path", lambda: None)  # no --test-only in the dry run
+    monkeypatch.setattr(single_run.slurm, "require_sbatch", lambda: "/usr/bin/sbatch")
+    monkeypatch.setattr(single_run.slurm, "submit", submit)
+    monkeypatch.setattr(single_run.slurm, "active_jobs", lambda ids: {})
     return dependencies
 
 
@@ -141,7 +141,7 @@ def test_restart_of_a_run_with_an_active_job_is_refused_and_moves_nothing(capsys
                                                                           monkeypatch):
     save(model, 3)
     run.append_ledger("submit", job_id="77")
-    monkeypatch.setattr(launch.slurm, "active_jobs", lambda ids: {"77": "RUNNING"} if "77" in ids else {})
+    monkeypatch.setattr(single_run.slurm, "active_jobs", lambda ids: {"77": "RUNNING"} if "77" in ids else {})
     before = tree(runs) + tree(art)
     code, _, err = main(capsys, *args(runs, art), "--restart")
     assert code == 2 and "already has active job(s) 77 (RUNNING)" in err and len(err.strip().splitlines()) == 1

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc.launcher import launch
+from hpc.launcher import launch, single_run
 from hpc.run.rundir import SweepDir
 
 
@@ -23,7 +23,7 @@ def sweep_args(runs_dir: Path, *extra: str) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def no_sbatch(monkeypatch):
-    monkeypatch.setattr(launch.slurm, "sbatch_path", lambda: None)
+    monkeypatch.setattr(single_run.slurm, "sbatch_path", lambda: None)
 
 
 def test_the_dry_run_shows_every_run_its_values_and_one_script_and_writes_nothing(capsys, tmp_path):
