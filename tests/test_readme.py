@@ -111,7 +111,7 @@ GPU_START, GPU_END = "<!-- gpu table: start -->", "<!-- gpu table: end -->"
 
 
 def test_readme_gpu_table_is_what_the_estimate_says():
-    from hpc.launcher.gpu_memory import fit_table
+    from hpc.launcher.gpus import fit_table
 
     actual = fit_table()
     text = README.read_text()

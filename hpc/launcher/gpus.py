@@ -67,3 +67,30 @@ def check_memory(trainer: "TrainerConfig", mode: str, cluster: Cluster) -> str:
     if not fit.ok:
         raise UsageError(f"the config does not fit: {fit.line}; ways that fit: {' | '.join(fit.ways)}")
     return fit.line
+
+
+# -- the README's table ------------------------------------------------------------------
+
+
+def fit_table(configs: tuple[str, ...] = ("agent_008", "smoke")) -> str:
+    """A Markdown table: each cluster's GPU and what each config needs there (the README shows it)."""
+    from hpc.launcher.clusters import load_registry
+    from trainer.training.config import load_config
+
+    head = "| cluster | GPU per node | default gpu_mode | " + " | ".join(configs) + " |"
+    rows = [head, "|" + " --- |" * (3 + len(configs))]
+    for cluster in load_registry().clusters.values():
+        cells = []
+        for name in configs:
+            try:
+                plan = plan_gpus(None, cluster, load_config(name))
+                cells.append(f"fits ({plan.gpus_per_node} GPU{'s' if plan.gpus_per_node > 1 else ''})")
+            except UsageError as refused:
+                cells.append("refused; fits with " + str(refused).split("ways that fit: ")[1].split(" | ")[0])
+        rows.append(f"| {cluster.name} | {cluster.gpus_per_node} x {cluster.gpu_memory_gb} GB | "
+                    f"{cluster.gpu_mode} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(fit_table(), end="")
