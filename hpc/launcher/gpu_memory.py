@@ -31,7 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from hpc import yamlfile
-from trainer.training.config import VLLM_SHARE
+from hpc.launcher.trainer_config import VLLM_SHARE
 
 MODELS_FILE = Path(__file__).with_name("models.yaml")
 GIB = 2**30

@@ -10,10 +10,10 @@ from hpc.launcher.clusters import Cluster
 from hpc.errors import UsageError
 from hpc.launcher.gpu_memory import Plan, check_fit
 
-from trainer.training.config import vllm_share
+from hpc.launcher.trainer_config import vllm_share
 
 if TYPE_CHECKING:
-    from trainer.training.config import TrainerConfig
+    from hpc.launcher.trainer_config import TrainerConfig
 
 GPUS_PER_RUN = {"shared": 1, "dedicated": 2}
 
@@ -75,7 +75,7 @@ def check_memory(trainer: "TrainerConfig", mode: str, cluster: Cluster) -> str:
 def fit_table(configs: tuple[str, ...] = ("agent_008", "smoke")) -> str:
     """A Markdown table: each cluster's GPU and what each config needs there (the README shows it)."""
     from hpc.launcher.clusters import load_registry
-    from trainer.training.config import load_config
+    from hpc.launcher.trainer_config import load_config
 
     head = "| cluster | GPU per node | default gpu_mode | " + " | ".join(configs) + " |"
     rows = [head, "|" + " --- |" * (3 + len(configs))]

@@ -27,7 +27,7 @@ from hpc.launcher.timelimit import format_minutes, parse_time_limit
 if TYPE_CHECKING:
     from hpc.run.init_from import Source
     from hpc.launcher.judge_serve import JudgeServe
-    from trainer.training.config import TrainerConfig
+    from hpc.launcher.trainer_config import TrainerConfig
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 DOTENV_DIR = REPO_DIR / "dotenv"
@@ -299,7 +299,7 @@ def check_entrypoint(module: str) -> str:
 
 
 def check_config(name: str) -> str:
-    from trainer.training.config import known_configs  # stdlib + PyYAML: the launcher stays light
+    from hpc.launcher.trainer_config import known_configs  # stdlib + PyYAML: the launcher stays light
 
     if name not in known_configs():
         raise UsageError(f"unknown --config {name!r}; known configs: {', '.join(known_configs()) or '(none)'}")
@@ -369,7 +369,7 @@ def trainer_config(config: str, train_args: list[str], entrypoint: str) -> "Trai
     --train_arg, so a mistyped key or a bad value fails here, in one line,
     rather than a day later in the job. Another entrypoint's arguments are its
     own: only its project= counts."""
-    from trainer.training.config import ConfigError, load_config
+    from hpc.launcher.trainer_config import ConfigError, load_config
 
     overrides = train_args if entrypoint == DEFAULT_ENTRYPOINT else [
         pair for pair in train_args if pair.partition("=")[0] == "project"]

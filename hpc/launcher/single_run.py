@@ -52,7 +52,7 @@ from hpc.launcher import submit as slurm
 from hpc.launcher.timelimit import parse_time_limit
 
 if TYPE_CHECKING:
-    from trainer.training.config import TrainerConfig
+    from hpc.launcher.trainer_config import TrainerConfig
 
 
 def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:

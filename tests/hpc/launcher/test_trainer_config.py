@@ -1,0 +1,38 @@
+"""hpc/ reads the trainer through one seam (hpc/launcher/trainer_config.py), and no module of hpc/ or trainer/ imports itself back."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+SEAM = "hpc.launcher.trainer_config"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_the_launcher_reads_the_trainer_only_through_its_config_seam() -> None:
+    readers = {module_name(p) for p in (REPO / "hpc").rglob("*.py")
+               if any(name.split(".")[0] == "trainer" for name in imported(p))}
+    assert readers == {SEAM}
+
+
+def test_the_seam_is_the_trainers_config_alone() -> None:
+    trainer_modules = {name for name in imported(REPO / "hpc" / "launcher" / "trainer_config.py")
+                       if name.startswith("trainer.")}
+    assert {name.rpartition(".")[0] if name.count(".") > 2 else name for name in trainer_modules} == {
+        "trainer.training.config"}
