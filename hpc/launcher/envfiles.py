@@ -23,18 +23,12 @@ from typing import Mapping
 from dotenv import dotenv_values
 
 from hpc.errors import UsageError
+from hpc.secret_names import is_secret_name
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Only the braced form, as python-dotenv does: a bare "$" (say in a password) stays literal.
 _REFERENCE_RE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
-SECRET_SUFFIXES = ("_KEY", "_TOKEN", "_SECRET")
-SECRET_WORDS = ("PASSWORD", "WEBHOOK")  # anywhere in the name (a webhook URL holds its token)
 REDACTED = "***"
-
-
-def is_secret_name(name: str) -> bool:
-    upper = name.upper()
-    return upper.endswith(SECRET_SUFFIXES) or any(word in upper for word in SECRET_WORDS)
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from hpc.run.checkpoints import model_dir as art_model_dir
-from hpc.launcher.envfiles import is_secret_name
+from hpc.secret_names import is_secret_name
 from hpc.run.rundir import EXIT_CONFIG_ERROR
 from trainer.training.config import ConfigError, TrainerConfig, load_config, shuffle_seed
 

@@ -4,12 +4,12 @@ from hypothesis import given, strategies as st
 from hpc.launcher.envfiles import (
     REDACTED,
     EnvLayer,
-    is_secret_name,
     merge_layers,
     parse_env_flags,
     read_dotenv,
 )
 from hpc.errors import UsageError
+from hpc.secret_names import is_secret_name
 
 
 def layer(source, **values):
