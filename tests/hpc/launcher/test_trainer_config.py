@@ -36,3 +36,46 @@ def test_the_seam_is_the_trainers_config_alone() -> None:
                        if name.startswith("trainer.")}
     assert {name.rpartition(".")[0] if name.count(".") > 2 else name for name in trainer_modules} == {
         "trainer.training.config"}
+
+
+def own_imports(path: Path, known: set[str]) -> set[str]:
+    """The modules of hpc/ and trainer/ that ``path`` imports (lazily too; TYPE_CHECKING aside)."""
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            tree.body.remove(node)
+    found = set()
+    for name in imported_in(tree):
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name and name not in ("hpc", "trainer"):
+            found.add(name)
+    return found
+
+
+def imported_in(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_no_module_of_hpc_or_trainer_imports_itself_back() -> None:
+    paths = {module_name(p): p for pkg in ("hpc", "trainer") for p in (REPO / pkg).rglob("*.py")}
+    graph = {name: own_imports(path, set(paths)) - {name} for name, path in paths.items()}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            name = todo.pop()
+            if name == goal:
+                return True
+            if name not in seen:
+                seen.add(name)
+                todo.extend(graph.get(name, ()))
+        return False
+    circles = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets if reaches(b, a))
+    assert circles == []
