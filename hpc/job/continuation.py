@@ -53,6 +53,7 @@ from typing import Any, Iterable
 from hpc.job import notify, successor
 from hpc.run import ownership
 from hpc.run.checkpoints import latest_complete, quarantine_incomplete
+from hpc.job.slurm_calls import requeue, resubmit, slurm_query
 from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
 
 log = logging.getLogger("hpc.job.continuation")
@@ -266,14 +267,7 @@ def unclosed_start(ledger: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-# -- Slurm calls ----------------------------------------------------------------------
-
-
-def slurm_env() -> dict[str, str]:
-    """The environment for sbatch/scontrol inside a job: without the job's own
-    SLURM_* output variables, which sbatch would otherwise carry into the new
-    job's environment (SLURM_CONF stays: it locates the cluster's config)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+# -- Slurm calls (hpc/job/slurm_calls.py makes them) ----------------------------------------
 
 
 def slurm_view(job_id: str, restart_count: int) -> SlurmView:
@@ -290,30 +284,6 @@ def slurm_view(job_id: str, restart_count: int) -> SlurmView:
     state = slurm_query(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State"]).strip().splitlines()
     return SlurmView(requeued=bool(restarts) and int(restarts.group(1)) > restart_count,
                      cancelled=bool(state) and state[-1].startswith("CANCELLED"))
-
-
-def slurm_query(command: list[str]) -> str:
-    """stdout of a read-only Slurm command, or "" if it fails (briefly: the job is near its limit)."""
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=20, env=slurm_env())
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return result.stdout if result.returncode == 0 else ""
-
-
-def requeue(job_id: str) -> None:
-    result = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True,
-                            timeout=120, env=slurm_env())
-    if result.returncode != 0:
-        raise RuntimeError(f"scontrol requeue {job_id} failed (exit {result.returncode}): {result.stderr.strip()}")
-
-
-def resubmit(script: Path, after: str, options: tuple[str, ...] = ()) -> str:
-    """Submit ``script`` again to start once job ``after`` has ended; return the new id
-    (``options`` override the script's #SBATCH lines: a smaller pack job asks for fewer GPUs)."""
-    from hpc.launcher.submit import submit
-
-    return submit(script, f"afterany:{after}", env=slurm_env(), options=options)
 
 
 def requeued(job_id: str) -> bool:

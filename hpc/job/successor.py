@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from hpc.job.slurm_calls import resubmit, slurm_env, slurm_query
 from hpc.run.rundir import RunDir
 
 EVENT = "successor"
@@ -54,8 +55,6 @@ def queue_state(job_id: str) -> str | None:
     """The job's state in the queue, None once it has left it (or squeue fails)."""
     if not job_id.isdigit():
         return None
-    from hpc.job.continuation import slurm_query
-
     out = slurm_query(["squeue", "-h", "-o", "%T", "-j", job_id]).split()
     return out[0] if out else None
 
@@ -75,8 +74,6 @@ def ended_state(job_id: str, requeued: bool = False) -> str | None:
     ``requeued``: the job runs again under its id, so its previous run's (``sacct -D``)."""
     if not job_id.isdigit():
         return None
-    from hpc.job.continuation import slurm_query
-
     rows = slurm_query(["sacct", "-X", "-D", "-n", "-P", "-j", job_id, "-o", "State"]).split("\n")
     states = [row.split()[0] for row in rows if row.strip()]
     if requeued:
@@ -95,8 +92,6 @@ def ensure(runs: Sequence[RunDir], job_id: str, script: Path, options: tuple[str
     if waiting is not None:
         print(f"[continuation] job {waiting} already waits to follow job {job_id}")
         return waiting
-    from hpc.job.continuation import resubmit
-
     try:
         new_id = resubmit(script, job_id, options)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
@@ -114,8 +109,6 @@ def cancel(run: RunDir, job_id: str) -> None:
     waiting = pending_of(run.read_ledger(), job_id)
     if waiting is None:
         return
-    from hpc.job.continuation import slurm_env
-
     result = subprocess.run(["scancel", waiting], capture_output=True, text=True, timeout=60, env=slurm_env())
     if result.returncode == 0:
         print(f"[continuation] cancelled job {waiting}, queued to follow job {job_id}: the run stops here")

@@ -68,7 +68,7 @@ def submit(script: Path, dependency: str | None = None, env: dict[str, str] | No
     """Submit and return the job id (``sbatch --parsable`` prints ``id[;cluster]``).
 
     ``env``: the environment for sbatch (a job submitting its follower passes one
-    without its own SLURM_* variables; see hpc.job.continuation.slurm_env)."""
+    without its own SLURM_* variables; see hpc.job.slurm_calls.slurm_env)."""
     result = subprocess.run(sbatch_command(script, dependency, options), capture_output=True, text=True,
                             timeout=120, env=env)
     if result.returncode != 0:

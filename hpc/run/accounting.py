@@ -50,7 +50,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from hpc.run import health
 from hpc.run.rundir import RunDir
+from hpc.run.steps import Step, parse_time, span
 
 FS = "\x1f"  # sacct's field delimiter here: no field holds it
 SACCT_FIELDS = ("JobID", "State", "Submit", "Eligible", "Start", "End", "ElapsedRaw", "NNodes", "AllocTRES")
@@ -118,18 +120,6 @@ class Charging:
         if self.whole_nodes:
             return f"{self.cluster} charges whole nodes: {self.gpus_per_node} GPU(s) per node, whatever a job asks for"
         return f"{self.cluster} charges the GPUs a job is allocated"
-
-
-@dataclass(frozen=True)
-class Step:
-    """One trained step of steps.jsonl."""
-
-    step: int
-    job_id: str
-    start: datetime
-    end: datetime
-    seconds: float
-    reward_spread: float | None = None
 
 
 @dataclass(frozen=True)
@@ -351,18 +341,6 @@ def latest_states(rows: Iterable[SacctRow]) -> dict[str, str]:
 def row_order(row: SacctRow) -> tuple[datetime, datetime]:
     far = datetime.max.replace(tzinfo=timezone.utc)
     return row.start or far, row.submit or far
-
-
-# -- the run's records -------------------------------------------------------------------------------
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An ISO-8601 time of the run's records (UTC, hpc.run.rundir.utc_now), aware."""
-    try:
-        moment = datetime.fromisoformat(str(value))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def number(value: Any) -> float | None:
@@ -639,8 +617,6 @@ def with_stall(known: JobFacts, row: SacctRow, files: RunFiles, now: datetime, s
     """A running job's facts, marked stalled when hpc/run/health.py flags the run STALLED."""
     if row.end is not None or row.start is None or row.state != "RUNNING":
         return known
-    from hpc.run import health  # it reads this module's records
-
     flag = health.stalled(files.steps, files.validations, row.job_id, row.start, now,
                           settings or health.HealthSettings())
     return replace(known, stalled=flag is not None)
@@ -679,20 +655,6 @@ def hours(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
-
-
-def span(seconds: float | None) -> str:
-    """45s, 3m20s, 1h05m, 2d03h; '-' when unknown."""
-    if seconds is None:
-        return "-"
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 def summary_line(acc: RunAccounting) -> str:
@@ -782,8 +744,6 @@ def account_run(run: RunDir, now: datetime | None = None) -> RunAccounting:
 def stall_settings() -> Any:
     """The STALLED thresholds from the environment (HPC_STALL_*), as status.sh reads them; their
     defaults where a variable is not a number (status.sh says so)."""
-    from hpc.run import health
-
     try:
         return health.HealthSettings.from_env()
     except health.SettingError:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Mapping
 
-from hpc.run.accounting import Step, parse_time, span
+from hpc.run.steps import Step, parse_time, span
 
 RECENT_STEPS = 10
 RECENT_VALIDATIONS = 3

@@ -202,14 +202,6 @@ def test_unclosed_start_finds_a_job_lost_before_its_end_hook():
     assert cont.unclosed_start([]) is None
 
 
-def test_slurm_env_drops_the_jobs_own_slurm_variables(monkeypatch):
-    monkeypatch.setenv("SLURM_JOB_ID", "5")
-    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")
-    monkeypatch.setenv("HPC_RUN_DIR", "/r")
-    env = cont.slurm_env()
-    assert "SLURM_JOB_ID" not in env and env["SLURM_CONF"] == "/etc/slurm/slurm.conf" and env["HPC_RUN_DIR"] == "/r"
-
-
 @pytest.mark.parametrize("show,sacct,restart_count,view", [
     ("JobId=7 JobState=RUNNING Restarts=0", "RUNNING\n", 0, cont.SlurmView()),
     # `scontrol requeue` (an admin, preemption): seen inside the job as COMPLETING, Restarts up by one

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from hpc.run.accounting import Step
+from hpc.run.steps import Step
 from hpc.run.health import HealthSettings, SettingError, check, collapsed, stalled
 
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=timezone.utc)
