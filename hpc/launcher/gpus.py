@@ -69,11 +69,11 @@ def check_memory(trainer: "TrainerConfig", mode: str, cluster: Cluster) -> str:
     return fit.line
 
 
-# -- the README's table ------------------------------------------------------------------
+# -- the fit table of docs/training.md ---------------------------------------------------
 
 
 def fit_table(configs: tuple[str, ...] = ("agent_008", "smoke")) -> str:
-    """A Markdown table: each cluster's GPU and what each config needs there (the README shows it)."""
+    """A Markdown table: each cluster's GPU and what each config needs there (docs/training.md shows it)."""
     from hpc.launcher.clusters import load_registry
     from hpc.launcher.trainer_config import load_config
 

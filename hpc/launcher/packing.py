@@ -112,7 +112,7 @@ def run_parts(use: GpuUse, slot: int, who: str) -> list[str]:
 
 
 def table(registry: Registry) -> str:
-    """The README's table: each cluster's GPUs, how it charges them, and how --pack auto packs
+    """The packing table of docs/sweeps.md: each cluster's GPUs, how it charges them, and how --pack auto packs
     runs of its default gpu_mode there (``python -m hpc.launcher.packing`` prints it)."""
     from hpc.launcher.gpus import GPUS_PER_RUN
 

@@ -90,11 +90,11 @@ def test_packs_never_overlap_gpus_and_use_at_most_a_node(node_gpus, per_run, jud
     assert node_gpus - use.requested < per_run  # no room left for another run
 
 
-def test_the_readme_table_of_clusters_and_packing_is_what_the_code_says():
+def test_the_packing_table_of_the_docs_is_what_the_code_says():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[3] / "docs" / "sweeps.md").read_text()
     start, end = "<!-- packing table: start -->\n", "<!-- packing table: end -->"
-    assert start in readme, "README lacks the packing table markers"
+    assert start in readme, "docs/sweeps.md lacks the packing table markers"
     shown = readme.split(start, 1)[1].split(end, 1)[0]
     assert shown == packing.table(REGISTRY) + "\n", "refresh it with: python -m hpc.launcher.packing"

@@ -64,9 +64,9 @@ def test_without_slurms_records_the_section_says_why_in_one_line(tmp_path, monke
     assert ("slurmdbd is down" if trouble == "sacct fails" else "No job of this run") in lines[2]
 
 
-def test_the_readme_shows_the_timeline_of_a_real_run():
+def test_the_evaluation_page_shows_the_timeline_of_a_real_run():
     """docs/images/report-accounting.png comes from tests/hpc/run/test_accounting_slurm.py (UPDATE_README=1)."""
     repo = Path(__file__).resolve().parents[3]
-    assert "](docs/images/report-accounting.png)" in (repo / "README.md").read_text()
+    assert "](images/report-accounting.png)" in (repo / "docs" / "evaluation.md").read_text()
     size, colors = pixels(repo / "docs" / "images" / "report-accounting.png")
     assert size == (FIG_SIZE[0] * DPI, FIG_SIZE[1] * DPI) and {ORANGE, GREEN, RED} <= colors

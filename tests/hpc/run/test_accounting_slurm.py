@@ -8,7 +8,7 @@ each with the webhook (a local receiver) in its .env-style --env:
   step's rollouts, which are abandoned; Slurm holds each requeued run ~30 s. Three
   runs of one job id: hpc.accounting must agree with sacct (GPU-hours = ElapsedRaw x
   AllocTRES gpus, summed over every run), place every step in its own job run and
-  count each requeued run's wait from its requeue. Its report is the README's
+  count each requeued run's wait from its requeue. Its report is docs/evaluation.md's
   picture (UPDATE_README=1 refreshes docs/images/report-accounting.png).
 - ``stall``: hangs before its 3rd step (``hang_at=3``): status.sh flags it STALLED and
   its in-job watcher tells the webhook, once; then it is cancelled.

@@ -126,10 +126,10 @@ def test_the_report_draws_reward_validation_jobs_and_every_evaluated_model(repor
             shutil.copy(out / name, IMAGES / f"report-{name}")
 
 
-def test_the_readme_shows_the_reports_pictures() -> None:
-    readme = (REPO / "README.md").read_text()
+def test_the_evaluation_page_shows_the_reports_pictures() -> None:
+    page = (REPO / "docs" / "evaluation.md").read_text()
     for name in ("training.png", "models.png"):
-        assert f"docs/images/report-{name}" in readme
+        assert f"](images/report-{name})" in page
         assert pixels(IMAGES / f"report-{name}")[0] == (FIG_SIZE[0] * DPI, FIG_SIZE[1] * DPI)
 
 
