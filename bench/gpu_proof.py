@@ -44,7 +44,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -208,16 +207,6 @@ def trainer(work: Work, name: str, overrides: list[str], until: Callable[[], boo
     return process.returncode, log.read_text(), time.monotonic() - began
 
 
-def steps(work: Work) -> list[dict[str, Any]]:
-    path = work.run.path / "steps.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
-def stops(work: Work) -> list[dict[str, Any]]:
-    path = work.run.path / "stops.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
 def seconds_to_register(log: str) -> float | None:
     """From the trainer's first line to 'registered:' (Unsloth loaded, vLLM serving)."""
     stamps = re.findall(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d) \[trainer\] (config |registered:)", log, re.M)
@@ -289,8 +278,8 @@ def stage_train(work: Work, args: argparse.Namespace) -> list[str]:
     claim_run(work)
     with MemorySampler() as memory:
         code, log, seconds = trainer(work, "train", [a.format(model=work.model) for a in TRAIN_ARGS],
-                                     until=lambda: len(steps(work)) >= args.steps)
-    records = steps(work)
+                                     until=lambda: len(work.run.read_steps()) >= args.steps)
+    records = work.run.read_steps()
     if code != EXIT_STOPPED_FOR_TIME:
         raise ProofFailed(f"trainer.train exited {code}, not 75 after SIGUSR1: {last_lines(log)}")
     if len(records) < args.steps:
@@ -300,16 +289,14 @@ def stage_train(work: Work, args: argparse.Namespace) -> list[str]:
         raise ProofFailed(f"of {len(records)} steps only {changed} changed the LoRA (GRPO had nothing to learn: "
                           "every rollout of a group scored the same)")
     checkpoints = list_checkpoints(work.model_dir)
-    validation = work.run.path / "validation.jsonl"
     return [f"register (Unsloth load + vLLM start): {seconds_to_register(log)} s; whole process {seconds:.0f} s",
             f"steps: {len(records)} done, {sum(r['seconds'] for r in records) / len(records):.1f} s per step, "
             f"{rollouts_per_second(records):.2f} rollouts/s, reward spread {[r['reward_spread'] for r in records]}",
-            f"LoRA changed at steps {changed}; validation records: "
-            f"{len(validation.read_text().splitlines()) if validation.is_file() else 0}",
+            f"LoRA changed at steps {changed}; validation records: {len(work.run.read_validations())}",
             f"checkpoints {[c.step for c in checkpoints]} in {work.model_dir / 'checkpoints'}, "
             f"{folder_mib(checkpoints[-1].path):.1f} MiB each",
             f"peak GPU memory {memory.peak_gib:.1f} GiB; {memory_estimate(work)}",
-            f"stop: {stops(work)[-1]}"]
+            f"stop: {work.run.read_stops()[-1]}"]
 
 
 def trained_steps(work: Work, records: list[dict[str, Any]]) -> list[int]:
@@ -346,11 +333,11 @@ def _safetensors_header(path: Path) -> str:
 
 
 def stage_resume(work: Work, args: argparse.Namespace) -> list[str]:
-    before = steps(work)
+    before = work.run.read_steps()
     last = before[-1]["step"]
     code, log, _ = trainer(work, "resume", [a.format(model=work.model) for a in TRAIN_ARGS],
-                           until=lambda: len(steps(work)) > len(before))
-    after = steps(work)[len(before):]
+                           until=lambda: len(work.run.read_steps()) > len(before))
+    after = work.run.read_steps()[len(before):]
     served = re.search(r"registered: inference at (\S+) as (\S+)", log)
     if code != EXIT_STOPPED_FOR_TIME:
         raise ProofFailed(f"the resumed job exited {code}, not 75 after SIGUSR1: {last_lines(log)}")
@@ -360,22 +347,22 @@ def stage_resume(work: Work, args: argparse.Namespace) -> list[str]:
         raise ProofFailed(f"vLLM did not serve checkpoint {last} at start: {served.group(0) if served else 'no line'}")
     return [f"resumed from checkpoint {last} (register {seconds_to_register(log)} s); vLLM served {served.group(2)}",
             f"trained step(s) {[r['step'] for r in after]} (LoRA changed at {trained_steps(work, after)}), "
-            f"then SIGUSR1: {stops(work)[-1]['reason']}"]
+            f"then SIGUSR1: {work.run.read_stops()[-1]['reason']}"]
 
 
 def stage_boundary(work: Work, args: argparse.Namespace) -> list[str]:
     """A job whose end is near: after register, the next step is predicted not to end before the
     stop signal may come, so it is not started: exit 75, a boundary record, nothing lost."""
-    before = steps(work)
+    before = work.run.read_steps()
     end = int(time.time()) + 60  # the deadline (end - grace 0 - margin 30 s) passes during register
     code, log, _ = trainer(work, "boundary", [a.format(model=work.model) for a in TRAIN_ARGS],
                            HPC_JOB_END_TIME=str(end), HPC_SIGNAL_GRACE="0")
-    stop = stops(work)[-1]
+    stop = work.run.read_stops()[-1]
     if code != EXIT_STOPPED_FOR_TIME or stop["reason"] != "boundary":
         raise ProofFailed(f"the job exited {code} with stop {stop}, not 75 at a step boundary: {last_lines(log)}")
-    if len(steps(work)) != len(before):
+    if len(work.run.read_steps()) != len(before):
         raise ProofFailed("a step was started although it could not end before the deadline")
-    numbers = [r["step"] for r in steps(work)]
+    numbers = [r["step"] for r in work.run.read_steps()]
     if len(numbers) != len(set(numbers)) or numbers != list(range(1, len(numbers) + 1)):
         raise ProofFailed(f"steps lost or repeated: {numbers}")
     line = next((line for line in log.splitlines() if "not starting it" in line), "")
@@ -425,7 +412,7 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> None:
 def stage_baseline(work: Work, args: argparse.Namespace) -> list[str]:
     """Rollouts per second of gathering, the first step of each left out (it pays for the LoRA
     kernels' compilation at the first request)."""
-    ours = rollouts_per_second(steps(work)[1:args.steps])
+    ours = rollouts_per_second(work.run.read_steps()[1:args.steps])
     output = command(work, "baseline", ["bench/gpu_baseline_loop.py", "--model", str(work.model), "--data_dir",
                                         str(work.data), "--steps", str(args.steps), "--art_path",
                                         str(work.root / "art-baseline")], timeout=900)

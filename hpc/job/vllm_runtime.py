@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -194,8 +195,6 @@ def cudart_shim(site_packages: Path, cudart: Path) -> Path:
 
 def loaded_cudart(python: str) -> Path | None:
     """The CUDA runtime the runtime Python's torch loads (None: linked statically, or no GPU driver)."""
-    import subprocess
-
     result = subprocess.run([python, "-c", _LOADED_CUDART], capture_output=True, text=True)
     paths = result.stdout.split() if result.returncode == 0 else []
     return Path(paths[0]) if paths else None
@@ -203,8 +202,6 @@ def loaded_cudart(python: str) -> Path | None:
 
 def shim_runtime(python: str) -> str:
     """``cudart_shim`` for the runtime of ``python``, where TileLang is installed; one line saying what."""
-    import subprocess
-
     probe = "import sysconfig, importlib.util as u; print(sysconfig.get_path('purelib')); print(bool(u.find_spec('tilelang')))"
     site_packages, has_tilelang = subprocess.run([python, "-c", probe], capture_output=True, text=True,
                                                  check=True).stdout.split()
