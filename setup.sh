@@ -27,7 +27,7 @@ from_wheelhouse=""  # --from-wheelhouse DIR: install from it, no index
 arch="$(uname -m)"
 have=""
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 accepted="--backend, --no-backend, --no-runtime, --ray, --wheelhouse DIR, --arch ARCH, --have FILE, --from-wheelhouse DIR, -h"
 value() { [[ -n "${2:-}" && "${2:0:2}" != -- ]] || { echo "setup.sh: $1 needs a value (accepted: $accepted)" >&2; exit 2; }; }
 
