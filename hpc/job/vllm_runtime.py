@@ -153,6 +153,19 @@ def describe(env: Mapping[str, str], arch: str) -> str:
             f"(the first job would otherwise build it, which an offline node cannot)")
 
 
+# vLLM 0.25.1 runs dense models (Qwen2) on its new "V2" model runner, where the patch of ART's
+# runtime that tracks each request's policy (art_vllm_runtime.policy_spans) fails during vLLM's
+# start-up profiling: KeyError 'req_0_...'. Seen on H200s (2026-11-26) in ART's training runtime
+# and in a judge served with the runtime's own `vllm serve`. The V1 runner works with the patch,
+# so every vLLM the project starts gets it, unless the user set the variable.
+RUNNER_DEFAULTS = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+
+
+def with_runner_defaults(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` plus RUNNER_DEFAULTS where it sets none of them."""
+    return {**RUNNER_DEFAULTS, **env}
+
+
 def job_runtime_env(env: Mapping[str, str]) -> dict[str, str]:
     """What the trainer adds to its environment so ART finds the PyPI build (ART looks only
     for its managed runtime unless ART_VLLM_RUNTIME_BIN names another)."""

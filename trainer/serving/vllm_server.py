@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from hpc.job.vllm_runtime import with_runner_defaults
+
 DEFAULT_TOOL_PARSER = "hermes"  # Qwen2.5's <tool_call> format
 BASE_NAME = "base"  # the name the base model is served under
 FAST_START_KERNEL_CONFIG = {"enable_flashinfer_autotune": False}
@@ -116,7 +118,7 @@ class VLLMServer:
     def __init__(self, spec: ServerSpec, log_path: Path, *, vllm: Path | None = None,
                  env: Mapping[str, str] | None = None, ready_timeout: float = 1800.0) -> None:
         self.spec, self.log_path, self.ready_timeout = spec, Path(log_path), ready_timeout
-        self._vllm, self._env = vllm, dict(env if env is not None else os.environ)
+        self._vllm, self._env = vllm, with_runner_defaults(env if env is not None else os.environ)
         self._process: subprocess.Popen | None = None
 
     @property

@@ -59,7 +59,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, Mapping
 
 from hpc.run.checkpoints import model_dir as art_model_dir
 from hpc.run.checkpoints import quarantine_incomplete
@@ -74,7 +74,7 @@ from hpc.job.deadline import (
     validation_durations,
 )
 from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir, utc_now
-from hpc.job.vllm_runtime import job_runtime_env
+from hpc.job.vllm_runtime import RUNNER_DEFAULTS, job_runtime_env
 from trainer.training.config import (
     ConfigError,
     TrainerConfig,
@@ -134,13 +134,32 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.signal_name: str | None = None
+        self._installed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
 
     def install(self) -> "StopRequest":
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._on_signal)
+        self._installed = True
         return self
+
+    def reclaim(self) -> None:
+        """Install the handlers again if something took them, and unblock the signals in this
+        thread. On an H200 in gpu_mode dedicated, where ART runs Unsloth in the trainer's own
+        process, a SIGUSR1 after step 2 was never seen and the run trained to its end.
+        ``signal.signal`` also puts back CPython's own C handler, which a library's
+        sigaction may have replaced without Python knowing."""
+        if not self._installed:
+            return
+        for sig in STOP_SIGNALS:
+            current = signal.getsignal(sig)
+            if current != self._on_signal:
+                log.warning("%s's handler was %r, not the trainer's: installed again", sig.name, current)
+            signal.signal(sig, self._on_signal)
+        blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS) & set(STOP_SIGNALS)
+        if blocked:
+            log.warning("%s blocked in the trainer's thread: unblocked", ", ".join(s.name for s in blocked))
 
     @property
     def requested(self) -> bool:
@@ -244,13 +263,11 @@ def configure_environment(env: dict[str, str] | os._Environ, *, interactive: boo
       this module logs. TQDM_DISABLE set by the user wins.
     - ART looks only for its own managed vLLM runtime: point it at the PyPI build
       setup.sh made where that is the one built (aarch64; hpc/job/vllm_runtime.py).
-    - vLLM 0.25.1 runs dense models (Qwen2) on its new "V2" model runner, where ART's
-      runtime patch that tracks each request's policy fails during vLLM's start-up
-      profiling (KeyError in policy_spans, seen on an H200, 2026-11-26): ART's runtime
-      gets vLLM's V1 runner, which the patch supports. VLLM_USE_V2_MODEL_RUNNER set by
-      the user wins."""
+    - ART's runtime gets vLLM's V1 model runner (hpc.job.vllm_runtime.RUNNER_DEFAULTS:
+      ART's patch fails on the V2 runner); a value the user set wins."""
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    env.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
+    for name, value in RUNNER_DEFAULTS.items():
+        env.setdefault(name, value)
     env.update(job_runtime_env(env))  # the PyPI-built vLLM runtime, where ART's managed one is not
     env.setdefault("WANDB_DIR", str(run_dir))
     if env.get("HPC_NO_INTERNET") == "1":
@@ -299,13 +316,27 @@ def build_model(config: TrainerConfig, run_name: str, report_metrics: list[str])
     )
 
 
-def gpu_placement(gpu_mode: str) -> dict[str, list[int]]:
+def gpu_placement(gpu_mode: str, env: Mapping[str, str] = os.environ) -> dict[str, list[int]]:
     """ART's dedicated mode for ``gpu_mode: dedicated``: Unsloth trains on the run's first
-    visible GPU, vLLM serves from its second, so neither waits for the other to sleep
-    (indices into CUDA_VISIBLE_DEVICES; the launcher asks for two GPUs). Shared: ART's default."""
-    if gpu_mode == "dedicated":
-        return {"trainer_gpu_ids": [0], "inference_gpu_ids": [1]}
-    return {}
+    GPU, vLLM serves from its second, so neither waits for the other to sleep. Shared: ART's
+    default. ART writes these ids into CUDA_VISIBLE_DEVICES as they are (its trainer's and
+    vLLM's), so they are the run's own device ids, not positions in its list: a pack's
+    second run sees CUDA_VISIBLE_DEVICES=2,3, where [0] and [1] are the first run's GPUs."""
+    if gpu_mode != "dedicated":
+        return {}
+    devices = dedicated_devices(env.get("CUDA_VISIBLE_DEVICES", ""))
+    return {"trainer_gpu_ids": [devices[0]], "inference_gpu_ids": [devices[1]]}
+
+
+def dedicated_devices(visible: str) -> list[int]:
+    """The run's GPUs as device ids, from CUDA_VISIBLE_DEVICES (unset: the node's first two)."""
+    ids = [item.strip() for item in visible.split(",") if item.strip()]
+    if not ids:
+        return [0, 1]
+    if len(ids) < 2 or not all(item.isdigit() for item in ids):
+        raise SetupError(f"gpu_mode dedicated needs two GPUs named by index in CUDA_VISIBLE_DEVICES, got {visible!r}: "
+                         "run it with 2 GPUs (hpc.launch asks for them), or set gpu_mode=shared")
+    return [int(item) for item in ids]
 
 
 def backend_class(spec: str) -> type:
@@ -664,6 +695,7 @@ async def stop_before_step(validator: "Validator | None", model: "art.TrainableM
     """Why the loop stops before training step ``done + 1``, if it does: the validation due
     first does not fit or is cut short, a stop was requested, or the step would not end
     before the job's stop signal may come."""
+    stop.reclaim()
     stopped = await stop_before_validation(validator, model, done, total, stop, boundary, run)
     if stopped is not None:
         return stopped

@@ -91,3 +91,20 @@ def test_a_fast_start_server_runs_eager_without_kernel_autotuning(tmp_path) -> N
     argv = command(ServerSpec("/models/made", fast_start=True), tmp_path / "vllm")
     assert argv[argv.index("--kernel-config") + 1] == '{"enable_flashinfer_autotune": false}'
     assert "--enforce-eager" in argv and "--enforce-eager" not in command(ServerSpec("m"), tmp_path / "vllm")
+
+
+def recording_vllm(tmp_path: Path) -> Path:
+    """A `vllm` that writes the runner setting it was started with, then fails to start."""
+    script = tmp_path / "vllm"
+    script.write_text(f"#!/bin/sh\necho \"${{VLLM_USE_V2_MODEL_RUNNER-unset}}\" > {tmp_path / 'runner'}\nexit 3\n")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("given, started_with", [({}, "0"), ({"VLLM_USE_V2_MODEL_RUNNER": "1"}, "1")])
+def test_vllm_gets_the_v1_model_runner_unless_the_user_chose(tmp_path, given, started_with) -> None:
+    """ART's runtime patch fails on vLLM 0.25.1's V2 runner (a judge served with it died on an H200)."""
+    with pytest.raises(ServerError):
+        VLLMServer(ServerSpec("m", port=free_port()), tmp_path / "vllm.log", vllm=recording_vllm(tmp_path),
+                   env={"PATH": os.environ["PATH"], **given}).start()
+    assert (tmp_path / "runner").read_text().strip() == started_with

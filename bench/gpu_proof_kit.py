@@ -1,0 +1,385 @@
+"""What the GPU proof's stages share (bench/gpu_proof.py, bench/gpu_proof_two_gpus.py): the
+proof's folders and environment, the project's commands run as a job runs them, the GPUs'
+memory, and the figures read from a run directory.
+
+Every command gets the environment a job script gives its workload: the run directory,
+ART's folder, the data, the run's GPUs (CUDA_VISIBLE_DEVICES), the judge's address, and
+offline settings. Nothing here needs a GPU, so the CPU tests (tests/bench/) drive it too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from hpc.run.checkpoints import list_checkpoints  # noqa: E402
+from hpc.run.rundir import RunDir  # noqa: E402
+from tests.doubles.openai_server import Reply, text  # noqa: E402
+
+FIXTURE = REPO / "tests" / "fixtures" / "art_e"
+RUN_NAME = "proof"
+PYTHON = sys.executable
+# the RL run: small turns and groups, so a step takes seconds on one GPU
+TRAIN_ARGS = ("base_model={model}", "training_dataset_size=null", "trajectories_per_group=4", "groups_per_step=3",
+              "num_epochs=4", "max_turns=4", "max_tokens=256", "max_seq_length=4096", "val_set_size=4",
+              "eval_steps=2", "prune_checkpoints=false", "rollout_concurrency=12", "learning_rate=5e-5", "vllm_fast_start=true",
+              "preflight_min_free_gb=1")
+
+
+class ProofFailed(RuntimeError):
+    """A stage did not do what it must: one line saying what."""
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def string_match_verdict(body: dict[str, Any]) -> Reply:
+    """The judge of this proof: accept when every word of the reference is in the answer."""
+    content = body["messages"][-1]["content"]
+    reference = re.search(r"Reference answer: (.*)\nAI answer: ", content, re.S)
+    answer = content.split("AI answer: ", 1)[-1].lower()
+    words = re.findall(r"[a-z0-9]{3,}", (reference.group(1) if reference else "").lower())
+    accept = bool(words) and all(word in answer for word in words)
+    return text(json.dumps({"thinking": "every reference word is in the answer" if accept else "a word is missing",
+                            "accept": accept}))
+
+
+# -- the GPUs ---------------------------------------------------------------------------------------------
+
+
+def parse_gpu_memory(output: str) -> dict[str, int]:
+    """``nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits``: MiB by GPU index."""
+    used = {}
+    for line in output.splitlines():
+        index, _, mib = line.partition(",")
+        if index.strip().isdigit() and mib.strip().isdigit():
+            used[index.strip()] = int(mib.strip())
+    return used
+
+
+def node_gpus() -> list[str]:
+    """The indices of this node's GPUs (nvidia-smi), [] without one."""
+    try:
+        result = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+                                capture_output=True, text=True)
+    except OSError:
+        return []
+    return list(parse_gpu_memory(result.stdout)) if result.returncode == 0 else []
+
+
+def gpu_total_gib(index: str) -> float:
+    result = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", index],
+                            capture_output=True, text=True)
+    return float(result.stdout.strip() or 0) / 1024
+
+
+@dataclass
+class MemorySampler:
+    """nvidia-smi's used memory of each GPU, each second, in a thread: the peaks of a stage."""
+
+    peaks_mib: dict[str, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> "MemorySampler":
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            result = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                                    capture_output=True, text=True)
+            for index, mib in parse_gpu_memory(result.stdout if result.returncode == 0 else "").items():
+                self.peaks_mib[index] = max(mib, self.peaks_mib.get(index, 0))
+
+    def peak_gib(self, index: str) -> float:
+        return self.peaks_mib.get(index, 0) / 1024
+
+
+# -- the proof's folders and the environment of its commands ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Work:
+    """The proof's folders, one run's names in them, and the environment every command gets
+    (as a job script gives it to its workload)."""
+
+    root: Path
+    judge_url: str = ""
+    run_name: str = RUN_NAME
+    devices: str = ""  # the run's GPUs (CUDA_VISIBLE_DEVICES); "" leaves the variable as it is
+    judge_model: str = "openai/judge"
+
+    def for_run(self, run_name: str, devices: str | None = None) -> "Work":
+        """The same proof, another run (its own run directory and checkpoints) on ``devices``."""
+        return dataclasses.replace(self, run_name=run_name, devices=self.devices if devices is None else devices)
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def model(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def run(self) -> RunDir:
+        return RunDir(self.runs / self.run_name)
+
+    @property
+    def art(self) -> Path:
+        return self.root / "art"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.art / "email_agent" / "models" / self.run_name
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {**os.environ, "HPC_RUN_DIR": str(self.run.path), "ART_PATH": str(self.art), "DATA_DIR": str(self.data),
+               "HPC_MODEL_DIR": str(self.model_dir), "JUDGE_API_BASE": self.judge_url, "JUDGE_MODEL": self.judge_model,
+               "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+               "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
+        if self.devices:
+            env["CUDA_VISIBLE_DEVICES"] = self.devices
+        env.setdefault("ART_VLLM_RUNTIME_CACHE_DIR", dotenv_setting("ART_VLLM_RUNTIME_CACHE_DIR"))
+        return {**env, **extra}
+
+    def log(self, name: str) -> Path:
+        (self.root / "logs").mkdir(parents=True, exist_ok=True)
+        return self.root / "logs" / f"{name}.log"
+
+    def claim(self) -> None:
+        """What the job's begin hook does first: the run owns its model folder (model.json both sides)."""
+        from hpc.run.ownership import claim
+
+        self.run.path.mkdir(parents=True, exist_ok=True)
+        claim(self.run, self.model_dir)
+
+    def train_args(self, *extra: str) -> list[str]:
+        return [arg.format(model=self.model) for arg in TRAIN_ARGS] + list(extra)
+
+
+def dotenv_setting(name: str) -> str:
+    """What a job on this machine's cluster gets for ``name`` from the dotenv files."""
+    from hpc.launcher.clusters import load_registry
+    from hpc.launcher.jobspec import dotenv_setting as setting
+
+    return setting(name, load_registry().detect().cluster) or ""
+
+
+# -- running the project's commands ------------------------------------------------------------------------
+
+
+def command(work: Work, name: str, args: list[str], timeout: float = 600, **env: str) -> str:
+    """Run ``python -m``-style ``args`` to the end, its output in logs/<name>.log; the output."""
+    log = work.log(name)
+    with log.open("w") as out:
+        result = subprocess.run([PYTHON, *args], cwd=REPO, env=work.env(**env), stdout=out, stderr=subprocess.STDOUT,
+                                timeout=timeout)
+    output = log.read_text()
+    if result.returncode != 0:
+        raise ProofFailed(f"{' '.join(args[:3])} exited {result.returncode}: {last_lines(output)}")
+    return output
+
+
+def last_lines(output: str, count: int = 3) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip() and "it/s]" not in line]
+    return " | ".join(lines[-count:])[-600:]
+
+
+@dataclass
+class Process:
+    """A command of the proof in a process of its own, its output in logs/<name>.log; once
+    ``until`` holds it gets SIGUSR1 (the job's stop warning)."""
+
+    work: Work
+    name: str
+    argv: list[str]
+    until: Callable[[], bool] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _began: float = 0.0
+    _signalled: bool = False
+
+    def start(self) -> "Process":
+        self._began = time.monotonic()
+        with self.work.log(self.name).open("w") as out:
+            self._process = subprocess.Popen([PYTHON, *self.argv], cwd=REPO, env=self.work.env(**self.env),
+                                             stdout=out, stderr=subprocess.STDOUT)
+        return self
+
+    def running(self, timeout: float) -> bool:
+        """Still running? Sends SIGUSR1 once ``until`` holds; kills it past ``timeout`` seconds."""
+        assert self._process is not None
+        if self._process.poll() is not None:
+            return False
+        if time.monotonic() - self._began > timeout:
+            self._process.kill()
+            raise ProofFailed(f"{self.name}: still running after {timeout:.0f} s (log {self.work.log(self.name)})")
+        if self.until is not None and not self._signalled and self.until():
+            self._process.send_signal(signal.SIGUSR1)
+            self._signalled = True
+        return True
+
+    def result(self) -> tuple[int, str, float]:
+        """(exit code, its log, seconds) once it ended."""
+        assert self._process is not None and self._process.returncode is not None
+        return self._process.returncode, self.work.log(self.name).read_text(), time.monotonic() - self._began
+
+
+def run_together(processes: list[Process], timeout: float = 900) -> list[tuple[int, str, float]]:
+    """Start every process, wait for all of them (each signalled by its own ``until``)."""
+    for process in processes:
+        process.start()
+    try:
+        while any([process.running(timeout) for process in processes]):
+            time.sleep(0.5)
+    finally:
+        for process in processes:
+            if process._process is not None and process._process.poll() is None:
+                process._process.kill()
+                process._process.wait()
+    return [process.result() for process in processes]
+
+
+def trainer_process(work: Work, name: str, overrides: list[str], until: Callable[[], bool] | None = None,
+                    **env: str) -> Process:
+    """trainer.train with ``--config smoke`` and ``overrides``, as a job runs it."""
+    return Process(work, name, ["-m", "trainer.train", "--config", "smoke", *overrides], until, dict(env))
+
+
+def trainer(work: Work, name: str, overrides: list[str], until: Callable[[], bool] | None = None,
+            timeout: float = 900, **env: str) -> tuple[int, str, float]:
+    """trainer.train to its end: (exit code, its log, seconds)."""
+    return run_together([trainer_process(work, name, overrides, until, **env)], timeout)[0]
+
+
+def after_steps(work: Work, count: int) -> Callable[[], bool]:
+    """A stop condition: the run has ``count`` more steps than it has now."""
+    before = len(work.run.read_steps())
+    return lambda: len(work.run.read_steps()) >= before + count
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise ProofFailed(f"still waiting after {timeout:.0f} s")
+        time.sleep(1)
+
+
+# -- figures ---------------------------------------------------------------------------------------------
+
+
+def seconds_to_register(log: str) -> float | None:
+    """From the trainer's first line to 'registered:' (Unsloth loaded, vLLM serving)."""
+    stamps = re.findall(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d) \[trainer\] (config |registered:)", log, re.M)
+    begin = next((s for s, what in stamps if what == "config "), None)
+    end = next((s for s, what in stamps if what == "registered:"), None)
+    if begin is None or end is None:
+        return None
+    parse = lambda stamp: time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))  # noqa: E731
+    return parse(end) - parse(begin)
+
+
+def served_at(log: str) -> tuple[str, str] | None:
+    """(vLLM's address, the model name it serves) from the trainer's 'registered:' line."""
+    found = re.search(r"registered: inference at (\S+) as (\S+)", log)
+    return (found.group(1), found.group(2)) if found else None
+
+
+def rollouts_per_second(records: list[dict[str, Any]]) -> float:
+    """Rollouts gathered per second of gathering (steps.jsonl's trajectories and rollout_seconds)."""
+    count = sum(record["trajectories"] for record in records)
+    seconds = sum(record["rollout_seconds"] for record in records)
+    return count / seconds if seconds else 0.0
+
+
+def seconds_per_step(records: list[dict[str, Any]]) -> float:
+    return sum(record["seconds"] for record in records) / len(records) if records else 0.0
+
+
+def adapter_bytes(checkpoint: Path) -> bytes:
+    return (checkpoint / "adapter_model.safetensors").read_bytes()
+
+
+def folder_mib(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
+
+
+def trained_steps(work: Work, records: list[dict[str, Any]]) -> list[int]:
+    """Steps whose checkpoint's LoRA differs from the previous one (ART copies it forward when
+    nothing in a step is trainable)."""
+    by_step = {c.step: c.path for c in list_checkpoints(work.model_dir)}
+    return [r["step"] for r in records
+            if r["step"] in by_step and r["step"] - 1 in by_step
+            and adapter_bytes(by_step[r["step"]]) != adapter_bytes(by_step[r["step"] - 1])]
+
+
+def check_stopped(work: Work, code: int, log: str, steps: int) -> list[dict[str, Any]]:
+    """A stage's run stopped by SIGUSR1 (exit 75) after at least ``steps`` steps: its step
+    records; else ProofFailed saying which part did not hold."""
+    from hpc.run.rundir import EXIT_STOPPED_FOR_TIME
+
+    records = work.run.read_steps()
+    if code != EXIT_STOPPED_FOR_TIME:
+        raise ProofFailed(f"{work.run_name}: trainer.train exited {code}, not 75 after SIGUSR1: {last_lines(log)}")
+    if len(records) < steps:
+        raise ProofFailed(f"{work.run_name}: only {len(records)} steps done before the stop (wanted {steps}): "
+                          f"{last_lines(log)}")
+    return records
+
+
+def check_trained(work: Work, code: int, log: str, steps: int, changed_at_least: int | None = None
+                  ) -> list[dict[str, Any]]:
+    """``check_stopped``, and ``changed_at_least`` of those steps (default: each) changed the LoRA
+    (GRPO really trained; a step whose groups all scored alike leaves it as it was)."""
+    records = check_stopped(work, code, log, steps)
+    changed = trained_steps(work, records)
+    if len(changed) < (steps if changed_at_least is None else changed_at_least):
+        raise ProofFailed(f"{work.run_name}: of {len(records)} steps only {changed} changed the LoRA (GRPO had nothing "
+                          "to learn: every rollout of a group scored the same)")
+    return records
+
+
+def memory_estimate(work: Work, gpu_mode: str, gpu: str) -> str:
+    """hpc.launcher.gpu_memory's estimate for the made model at the proof's settings."""
+    from hpc.launcher.gpu_memory import ModelShape, Plan, estimate
+    from trainer.training.config import VLLM_SHARE
+
+    config = json.loads((work.model / "config.json").read_text())
+    header = json.loads(safetensors_header(work.model / "model.safetensors"))
+    params = sum(math.prod(tensor["shape"]) for name, tensor in header.items() if name != "__metadata__")
+    shape = ModelShape("made", params / 1e9, config["num_hidden_layers"], config["num_key_value_heads"],
+                       config["head_dim"], config["hidden_size"])
+    found = estimate(shape, Plan(gpu_total_gib(gpu), gpu_mode, VLLM_SHARE[gpu_mode], 4096))
+    return (f"hpc.launcher.gpu_memory estimates ({gpu_mode}) vLLM {found.vllm_need:.1f} GiB (of its "
+            f"{found.vllm_budget:.1f} GiB share, which vLLM takes whole) and training {found.train_peak:.1f} GiB")
+
+
+def safetensors_header(path: Path) -> str:
+    with path.open("rb") as handle:
+        size = int.from_bytes(handle.read(8), "little")
+        return handle.read(size).decode()
