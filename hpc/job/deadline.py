@@ -20,6 +20,10 @@ run at once. SIGUSR1/SIGTERM stay the safety net (docs/design.md, "How a job end
   (``steps.jsonl`` ``seconds``: rollouts, training and the checkpoint save; across
   jobs, so a job's first step has one too) times a safety factor; a validation's
   likewise from ``validation.jsonl``. No history: no prediction, and the work starts.
+- **Before the backend starts** (minutes on a GPU: the model loaded, vLLM up) the
+  work is that start-up and the first step after it: the longest recent start-up
+  (``startups.jsonl``) x the factor plus the step's prediction. A job that cannot
+  fit them starts nothing, so a job begun too late wastes no GPU time on a start-up.
 - **Stops** are recorded in ``<run>/stops.jsonl`` (``StopRecord``): why the
   workload stopped, and the rollout-seconds it threw away.
 
@@ -165,6 +169,11 @@ def validation_durations(run: RunDir) -> list[float]:
     return [float(v["seconds"]) for v in run.read_validations() if isinstance(v.get("seconds"), (int, float))]
 
 
+def startup_durations(run: RunDir) -> list[float]:
+    """Seconds of every recorded backend start-up so far, oldest first (startups.jsonl, across jobs)."""
+    return [float(s["seconds"]) for s in run.read_startups() if isinstance(s.get("seconds"), (int, float))]
+
+
 # -- the decision ----------------------------------------------------------------------------
 
 
@@ -185,6 +194,31 @@ def decide(predicted: float | None, seconds_left: float | None) -> Decision:
     """Start unless both are known and the prediction does not fit in the time left."""
     fits = predicted is None or seconds_left is None or predicted <= seconds_left
     return Decision(fits, predicted, seconds_left)
+
+
+@dataclass(frozen=True)
+class StartDecision(Decision):
+    """The decision before the backend starts, on its start-up and the step after it as one
+    piece of work (``predicted`` is their sum); the two predictions are kept for the log line."""
+
+    startup: float | None  # the start-up's prediction (None: none recorded yet, counted as 0 s)
+    step: float | None  # the step's prediction (None: no step history, so no prediction at all)
+
+    def describe(self, what: str) -> str:
+        startup = "none recorded yet" if self.startup is None else f"predicted {self.startup:.1f}s"
+        return (f"the backend's start ({startup}) and {what} (predicted {self.step:.1f}s) would not end before "
+                f"the job's stop signal may come: {self.seconds_left:.1f}s left")
+
+
+def decide_start(startups: Sequence[float], steps: Sequence[float], settings: BoundarySettings,
+                 seconds_left: float | None) -> StartDecision:
+    """Start the backend unless its start-up and the next step, each predicted as a step is,
+    would not fit in the time left. No step history: no prediction (a run's first job starts as
+    before). Step history without a recorded start-up: the step alone, since a job that cannot fit
+    one step after an instant start-up surely cannot fit it after a real one."""
+    startup, step = predict(startups, settings), predict(steps, settings)
+    total = None if step is None else (startup or 0.0) + step
+    return StartDecision(decide(total, seconds_left).fits, total, seconds_left, startup, step)
 
 
 @dataclass
@@ -222,6 +256,11 @@ class BoundaryRule:
         """Does work like ``durations`` (the recent ones of its kind) fit before the deadline?"""
         return decide(predict(durations, self.settings), self.seconds_left())
 
+    def check_start(self, startups: Sequence[float], steps: Sequence[float]) -> StartDecision:
+        """Do the backend's start-up (like ``startups``) and the step after it (like ``steps``)
+        fit before the deadline? Asked before the backend starts, so a misfit costs no start-up."""
+        return decide_start(startups, steps, self.settings, self.seconds_left())
+
     def describe(self) -> str:
         """One line for the job log: what the rule will do in this job."""
         if not self.enabled:
@@ -252,7 +291,7 @@ class StopRecord:
     step: int  # steps done: the checkpoint the next job resumes from
     reason: str  # one of STOP_REASONS
     lost_rollout_seconds: float = 0.0  # rollout-seconds started and not trained on
-    predicted_step_seconds: float | None = None
+    predicted_step_seconds: float | None = None  # at a boundary: the work not started (+ a start-up before it)
     seconds_left: float | None = None
 
     def __post_init__(self) -> None:

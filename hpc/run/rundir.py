@@ -16,6 +16,7 @@ Layout of ``<runs_dir>/<job_name>/``::
     progress.json           written by the trainer after every step (atomic rename)
     steps.jsonl             one record per trained step (times, reward, spread, job id): reports, accounting
     stops.jsonl             one record per workload stop: boundary | signal | finished, lost rollout-seconds; hpc/job/deadline.py
+    startups.jsonl          one record per training-backend start-up (seconds to registered, job id); hpc/job/deadline.py
     validation.jsonl        one record per completed validation (step, summary); trainer/training/validation.py
     validation/step_NNNN.jsonl   that validation's per-question records
     evaluations/<split>/<model>/  records.jsonl + summary.json of `python -m trainer.eval`
@@ -240,6 +241,20 @@ class RunDir:
 
     def read_stops(self) -> list[dict[str, Any]]:
         return read_jsonl(self.stops_file)
+
+    @property
+    def startups_file(self) -> Path:
+        return self.path / "startups.jsonl"
+
+    def append_startup(self, seconds: float) -> None:
+        """How long a job's training backend took to start (constructed to registered: the model
+        loaded, vLLM up), with the job and the time; the next jobs predict their start-up from it."""
+        append_jsonl(self.startups_file, {"seconds": round(seconds, 3),
+                                          "job_id": os.environ.get("SLURM_JOB_ID", "local"), "time": utc_now()})
+
+    def read_startups(self) -> list[dict[str, Any]]:
+        """Recorded start-ups, oldest first (a torn last line is skipped)."""
+        return read_jsonl(self.startups_file)
 
     def read_validations(self) -> list[dict[str, Any]]:
         """Completed validations, oldest first (a torn last line is skipped)."""

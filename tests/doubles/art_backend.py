@@ -22,8 +22,13 @@ under ``<path>/<project>/models/<run_name>/``):
   each step was trained exactly once across stops and restarts;
 - ``close``.
 
+Its construction and every ``register`` call append a line to
+``<path>/fake_backend_calls.jsonl`` (``call``: ``construct`` | ``register``, pid,
+time), so a test can check that a backend was, or was not, started.
+
 Knobs (environment, since the trainer builds the backend itself):
-``ART_FAKE_TRAIN_SECONDS`` sleeps that long in each ``train`` call and
+``ART_FAKE_REGISTER_SECONDS`` sleeps that long in ``register`` (LocalBackend's
+start-up: the model loaded, vLLM up), ``ART_FAKE_TRAIN_SECONDS`` in each ``train`` call and
 ``ART_FAKE_SAVE_SECONDS`` half-way through writing the weights;
 ``ART_FAKE_SKIP_TRAINING=1`` does what LocalBackend does when nothing is
 trainable (copies the checkpoint forward, reports zero trainable groups). While
@@ -45,6 +50,7 @@ from hpc.run.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, list_checkpoint
 from tests.doubles.step_trainer import safetensors_bytes
 
 TRAIN_LOG = "fake_backend_train.jsonl"
+CALL_LOG = "fake_backend_calls.jsonl"
 TRAINING_MARKER = "fake_backend_training"
 
 
@@ -77,12 +83,15 @@ class FakeBackend:
         self._path = Path(path or ".art")
         self._path.mkdir(parents=True, exist_ok=True)
         self.closed = False
+        self._log_call("construct")
 
     # -- what the loop calls --------------------------------------------------------
 
     async def register(self, model: Any) -> None:
+        await asyncio.sleep(float(os.environ.get("ART_FAKE_REGISTER_SECONDS") or 0))
         model.base_path = str(self._path)
         self._model_dir(model).mkdir(parents=True, exist_ok=True)
+        self._log_call("register")
 
     async def _prepare_backend_for_training(self, model: Any, config: Any = None) -> tuple[str, str]:
         if not list_checkpoints(self._model_dir(model)):
@@ -148,7 +157,13 @@ class FakeBackend:
             "pid": os.getpid(),
             "time": time.time(),
         }
-        fd = os.open(self._path / TRAIN_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._append(TRAIN_LOG, record)
+
+    def _log_call(self, call: str) -> None:
+        self._append(CALL_LOG, {"call": call, "pid": os.getpid(), "time": time.time()})
+
+    def _append(self, name: str, record: dict[str, Any]) -> None:
+        fd = os.open(self._path / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, (json.dumps(record, default=str) + "\n").encode())
         finally:
@@ -157,7 +172,15 @@ class FakeBackend:
 
 def read_train_log(art_path: Path) -> list[dict[str, Any]]:
     """Every ``train`` call recorded under ``art_path``, oldest first."""
-    path = Path(art_path) / TRAIN_LOG
+    return _read(Path(art_path) / TRAIN_LOG)
+
+
+def read_calls(art_path: Path) -> list[str]:
+    """The backend's constructions and registrations under ``art_path``, in order."""
+    return [record["call"] for record in _read(Path(art_path) / CALL_LOG)]
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

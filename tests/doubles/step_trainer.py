@@ -28,13 +28,16 @@ Same argv shape and contract as the real trainer (docs/design.md):
   lets finish. 0 (the default) is all training, as before;
 - ``stop_at_boundary=true`` applies the trainer's stop-at-boundary rule
   (hpc/job/deadline.py, same settings and defaults): a step predicted not to end
-  before the job's stop signal is not started, and the double exits 75;
+  before the job's stop signal is not started, and the double exits 75; so is the
+  start-up, as the trainer's backend start, when it and the first step after it
+  (``startups.jsonl``, ``steps.jsonl``) would not end before the signal;
 - appends ``steps.jsonl`` records (``seconds``, ``rollout_seconds``: what the
   rule predicts from) and ``stops.jsonl`` records (boundary, signal, finished),
   as the trainer does;
 - ``crash=always`` exits 1 before training anything; ``crash_at=K`` exits 3
   instead of training step K (once per run);
-- ``startup_seconds=S`` takes S seconds before the first step (model load, vLLM);
+- ``startup_seconds=S`` takes S seconds before the first step (model load, vLLM),
+  recorded in ``startups.jsonl`` as the trainer records its backend's start-up;
   ``hang_at=K`` makes no step K and no progress until a stop signal (once per
   run: a stalled trainer, for the health checks).
 
@@ -60,7 +63,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc.run.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, latest_complete, quarantine_incomplete, step_dir
-from hpc.job.deadline import BoundaryRule, BoundarySettings, EndTimeError, StopRecord, record_stop, step_durations
+from hpc.job.deadline import (
+    BoundaryRule,
+    BoundarySettings,
+    EndTimeError,
+    StopRecord,
+    record_stop,
+    startup_durations,
+    step_durations,
+)
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now
 
 STOP: list[str] = []  # the signal that asked us to stop, if any
@@ -221,12 +232,15 @@ def log_step(run: RunDir, step: int, start: float, end: float) -> None:
 def train(run: RunDir, model_dir: Path, opts: Options, rule: BoundaryRule) -> int:
     quarantine_incomplete(model_dir)
     latest = latest_complete(model_dir)
-    if latest is None:  # ART saves the untrained adapter as step 0 when a model is registered
-        save_checkpoint(model_dir, run, 0, opts)
     start_step = latest.step if latest else 0
     print(f"step_trainer: resuming from step {start_step} of {opts.steps}", flush=True)
     say(rule.describe())
-    if wait_for_stop(opts.startup_seconds):  # a stop during the start-up: nothing trained
+    decision = rule.check_start(startup_durations(run), step_durations(run))
+    if not decision.fits:  # as the trainer before its backend starts
+        say(f"{decision.describe(f'step {start_step + 1}')}: not starting up; stopping with {start_step} steps done")
+        record_stop(run, StopRecord.boundary(start_step, decision))
+        return EXIT_STOPPED_FOR_TIME
+    if not start_up(run, model_dir, opts, latest is None):  # a stop during the start-up: nothing trained
         record_stop(run, StopRecord(start_step, "signal"))
         return EXIT_STOPPED_FOR_TIME
     done = start_step
@@ -255,6 +269,19 @@ def train(run: RunDir, model_dir: Path, opts: Options, rule: BoundaryRule) -> in
     record_stop(run, StopRecord(done, "finished"))
     print(f"step_trainer: finished at step {done}", flush=True)
     return 0
+
+
+def start_up(run: RunDir, model_dir: Path, opts: Options, new_run: bool) -> bool:
+    """The trainer's backend start: step 0 saved for a new run (ART saves the untrained adapter
+    when a model is registered), then ``startup_seconds``, recorded in startups.jsonl; False
+    when a stop signal came first (nothing recorded: the start-up did not complete)."""
+    began = time.time()
+    if new_run:
+        save_checkpoint(model_dir, run, 0, opts)
+    if wait_for_stop(opts.startup_seconds):
+        return False
+    run.append_startup(time.time() - began)
+    return True
 
 
 def train_step(run: RunDir, model_dir: Path, opts: Options, step: int) -> bool:

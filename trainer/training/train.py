@@ -15,6 +15,10 @@ train on the groups, repeat. What this module adds is what a Slurm job needs
   finished and its checkpoint saved; rollouts in flight are abandoned (never
   trained on). Then exit 75 (``EXIT_STOPPED_FOR_TIME``) and the job continues
   the run. A second signal changes nothing: the save is never cut short.
+- **Stop at a step boundary.** Work that would not end before the job's stop
+  signal may come is not started (hpc/job/deadline.py): the backend's start-up
+  with the step after it (``startups.jsonl`` times each start-up), each step, a
+  validation due; the job then exits 75 at once and the next one continues.
 - **Progress.** After every step ``progress.json`` in the run directory;
   after the last one ``done.json`` and exit 0.
 
@@ -61,8 +65,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, Mapping
 
+from hpc.run.checkpoints import list_checkpoints, quarantine_incomplete
 from hpc.run.checkpoints import model_dir as art_model_dir
-from hpc.run.checkpoints import quarantine_incomplete
 from hpc.job.deadline import (
     BoundaryRule,
     BoundarySettings,
@@ -70,6 +74,7 @@ from hpc.job.deadline import (
     EndTimeError,
     StopRecord,
     record_stop,
+    startup_durations,
     step_durations,
     validation_durations,
 )
@@ -616,6 +621,7 @@ async def train_steps(
     config: TrainerConfig,
     paths: Paths,
     stop: StopRequest,
+    boundary: BoundaryRule,
     validator: "Validator | None" = None,
 ) -> int:
     """The training loop proper, from the model's current step to the end (or a stop).
@@ -626,17 +632,16 @@ async def train_steps(
     ``step: K+1``, matching the checkpoint folder a new job resumes from.
     A validation due at checkpoint K (``trainer.training.validation``) runs before batch K is
     gathered, and the last one after the last step, before ``done.json``.
-    Neither a validation nor a step starts unless the stop-at-boundary rule
-    (hpc/job/deadline.py) predicts it ends before the job's stop signal may come;
-    every stop, and the finish, is a line of ``stops.jsonl``."""
+    Neither a validation nor a step starts unless the stop-at-boundary rule ``boundary``
+    (hpc/job/deadline.py; ``train`` asked it once before the backend started) predicts
+    it ends before the job's stop signal may come; every stop, and the finish, is a
+    line of ``stops.jsonl``."""
     from art.utils import iterate_dataset
 
     done = await model.get_step()
     total = total_steps(len(scenarios), config)
     log.info("%d of %d steps done; continuing (%d scenarios, %d groups x %d rollouts per step, %d epoch(s))",
              done, total, len(scenarios), config.groups_per_step, config.trajectories_per_group, config.num_epochs)
-    boundary = boundary_rule(config)
-    log.info("%s", boundary.describe())
     clock = StepClock()
     batches = iterate_dataset(scenarios, config.groups_per_step, config.num_epochs, initial_step=done, use_tqdm=False)
     for batch in batches:
@@ -722,18 +727,45 @@ async def stop_before_validation(validator: "Validator | None", model: "art.Trai
     return None
 
 
-def boundary_stop(decision: Decision, what: str, done: int) -> StopRecord | None:
+def boundary_stop(decision: Decision, what: str, done: int, not_started: str = "it") -> StopRecord | None:
     """None when the work fits; else the one line that says why the job stops here."""
     if decision.fits:
         return None
-    log.info("%s: not starting it; stopping with %d steps done (exit 75, the next job continues at once)",
-             decision.describe(what), done)
+    log.info("%s: not starting %s; stopping with %d steps done (exit 75, the next job continues at once)",
+             decision.describe(what), not_started, done)
     return StopRecord.boundary(done, decision)
+
+
+def stop_before_backend(boundary: BoundaryRule, paths: Paths) -> StopRecord | None:
+    """Why the job stops before starting the backend, if it does: its start-up (minutes on a GPU)
+    and the step after it would not end before the job's stop signal may come. Asked before the
+    start-up, a job begun too late costs no GPU time on it; no step history, no prediction."""
+    run = paths.run_dir
+    decision = boundary.check_start(startup_durations(run), step_durations(run))
+    done = resume_step(paths)
+    return boundary_stop(decision, f"step {done + 1}", done, "the backend")
+
+
+def resume_step(paths: Paths) -> int:
+    """The step the next job resumes from, known without the backend: the largest checkpoint
+    folder, as ART counts (after ``quarantine_incomplete`` it is complete); where there is none
+    (a plugged-in backend that keeps its checkpoints elsewhere) the last step of steps.jsonl,
+    the run's own record of steps done; else 0, a new run."""
+    checkpoints = list_checkpoints(paths.model_dir)
+    if checkpoints:
+        return checkpoints[-1].step
+    steps = [s["step"] for s in paths.run_dir.read_steps() if isinstance(s.get("step"), int)]
+    return steps[-1] if steps else 0
 
 
 async def train(config: TrainerConfig, paths: Paths, stop: StopRequest) -> int:
     """Check the data, set aside a torn checkpoint, start the backend with the model,
-    then run the loop; the backend and the database are closed however it ends."""
+    then run the loop; the backend and the database are closed however it ends.
+
+    The stop-at-boundary rule first asks whether the backend's start-up and a step fit: after
+    the data checks (a bad setup is still reported, exit 78) and the torn checkpoint set aside
+    (so the step a stop records is the one ART would resume from), before the backend exists
+    (nothing on the GPU yet: stopping here wastes nothing)."""
     from trainer.agent.email_db import EmailDB
 
     stop.attach(asyncio.get_running_loop())
@@ -748,22 +780,41 @@ async def train(config: TrainerConfig, paths: Paths, stop: StopRequest) -> int:
         for path in quarantine_incomplete(paths.model_dir):  # before ART picks its step: the largest folder
             log.warning("moved an incomplete checkpoint aside: %s", path)
         log.info("checkpoints checked: %s", paths.model_dir / "checkpoints")
+        boundary = boundary_rule(config)
+        log.info("%s", boundary.describe())
+        stopped = stop_before_backend(boundary, paths)
+        if stopped is not None:
+            record_stop(paths.run_dir, stopped)
+            return EXIT_STOPPED_FOR_TIME
         async with contextlib.AsyncExitStack() as resources:
             db = EmailDB(db_path)
             resources.callback(db.close)
-            backend = backend_class(config.backend)(path=str(paths.art_path))
-            resources.push_async_callback(backend.close)
-            log.info("backend: %s.%s at %s", type(backend).__module__, type(backend).__name__, paths.art_path)
-            model = build_model(config, paths.run_name, metrics_reporters(os.environ))
-            log.info("model built: %s (run %s, base %s, gpu_mode %s); registering with the backend",
-                     model.name, model.run_name, model.base_model, config.gpu_mode)
-            await register(model, backend)
-            log.info("registered: inference at %s as %s", model.inference_base_url, model.inference_model_name)
+            backend, model = await start_backend(config, paths, resources)
             rollouts = make_rollouts(config, paths, db)
             validator = make_validator(config, paths, db, rollouts)
-            return await train_steps(model, backend, scenarios, rollouts, config, paths, stop, validator)
+            return await train_steps(model, backend, scenarios, rollouts, config, paths, stop, boundary, validator)
     finally:
         stop.detach()
+
+
+async def start_backend(config: TrainerConfig, paths: Paths,
+                        resources: contextlib.AsyncExitStack) -> tuple[Any, "art.TrainableModel"]:
+    """Construct the backend (closed with ``resources``) and register the model with it, where
+    LocalBackend loads the model and starts vLLM; the seconds from construction to registered
+    go to startups.jsonl, from which the next jobs predict their start-up."""
+    began = time.monotonic()
+    backend = backend_class(config.backend)(path=str(paths.art_path))
+    resources.push_async_callback(backend.close)
+    log.info("backend: %s.%s at %s", type(backend).__module__, type(backend).__name__, paths.art_path)
+    model = build_model(config, paths.run_name, metrics_reporters(os.environ))
+    log.info("model built: %s (run %s, base %s, gpu_mode %s); registering with the backend",
+             model.name, model.run_name, model.base_model, config.gpu_mode)
+    await register(model, backend)
+    seconds = time.monotonic() - began
+    paths.run_dir.append_startup(seconds)
+    log.info("registered: inference at %s as %s (start-up %.1fs)", model.inference_base_url,
+             model.inference_model_name, seconds)
+    return backend, model
 
 
 async def register(model: "art.TrainableModel", backend: Any) -> None:

@@ -23,12 +23,14 @@ from hpc.job.deadline import (
     JobEnd,
     StopRecord,
     decide,
+    decide_start,
     end_time_from_scontrol,
     end_time_from_squeue,
     parse_slurm_time,
     predict,
     record_stop,
     signal_grace,
+    startup_durations,
     step_durations,
     validation_durations,
 )
@@ -217,6 +219,77 @@ def test_the_rules_line_in_the_job_log_names_the_end_and_the_figures() -> None:
 def test_a_decision_not_to_start_says_the_figures() -> None:
     assert decide(44.0, 31.25).describe("step 13") == (
         "step 13 would not end before the job's stop signal may come: predicted 44.0s, 31.2s left")
+
+
+# -- before the backend starts: its start-up and the step after it -----------------------------------
+
+
+def test_before_the_backend_starts_the_prediction_is_the_start_up_plus_the_next_step() -> None:
+    s = BoundarySettings(recent_steps=5, safety_factor=1.2, margin_seconds=30)
+    decision = decide_start([90.0, 100.0], [30.0, 34.5], s, 150.0)
+
+    assert not decision.fits, "120 s + 41.4 s do not fit in 150 s, though each would alone"
+    assert math.isclose(decision.predicted, 161.4) and decision.startup == 120.0 and math.isclose(decision.step, 41.4)
+    assert decision.describe("step 3") == ("the backend's start (predicted 120.0s) and step 3 (predicted 41.4s) would "
+                                           "not end before the job's stop signal may come: 150.0s left")
+
+
+@given(durations, durations, settings, st.floats(-1e4, 1e4))
+def test_the_backend_starts_only_if_its_start_up_and_the_next_step_end_before_the_deadline(
+    startups: list[float], steps: list[float], s: BoundarySettings, seconds_left: float
+) -> None:
+    decision = decide_start(startups, steps, s, seconds_left)
+    if steps and decision.fits:
+        assert (predict(startups, s) or 0.0) + predict(steps, s) <= seconds_left
+    if steps and not decision.fits:
+        assert predict(steps, s) + (predict(startups, s) or 0.0) > seconds_left
+
+
+@given(durations, settings, st.floats(-1e4, 1e4))
+def test_without_step_history_the_backend_starts_whatever_its_start_ups_took(
+    startups: list[float], s: BoundarySettings, seconds_left: float
+) -> None:
+    decision = decide_start(startups, [], s, seconds_left)
+    assert decision.fits and decision.predicted is None
+
+
+@given(durations, settings, st.floats(-1e4, 1e4))
+def test_without_a_recorded_start_up_the_step_alone_decides(
+    steps: list[float], s: BoundarySettings, seconds_left: float
+) -> None:
+    decision = decide_start([], steps, s, seconds_left)
+    alone = decide(predict(steps, s), seconds_left)
+    assert (decision.fits, decision.predicted, decision.startup) == (alone.fits, alone.predicted, None)
+
+
+def test_a_decision_without_a_recorded_start_up_says_so() -> None:
+    decision = decide_start([], [600.0], BoundarySettings(), 40.0)
+    assert decision.describe("step 1") == ("the backend's start (none recorded yet) and step 1 (predicted 720.0s) "
+                                           "would not end before the job's stop signal may come: 40.0s left")
+
+
+def test_the_rule_checks_the_start_against_the_same_deadline_as_a_step() -> None:
+    s = BoundarySettings(5, 1.2, 30)
+    rule = rule_at(1000.0, 1300.0, 60, s, [])
+    decision = rule.check_start([100.0], [50.0])
+    assert (decision.fits, decision.predicted, decision.seconds_left) == (True, 180.0, 210.0)
+    assert not rule.check_start([150.0], [50.0]).fits, "180 + 60 s do not fit in 210 s"
+
+
+def test_start_ups_go_to_startups_jsonl_with_the_job_and_the_time(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    run = RunDir(tmp_path)
+    run.append_startup(131.23456)
+    run.append_startup(95)
+    with run.startups_file.open("a") as handle:
+        handle.write('{"seconds": 1')  # a line torn mid-write
+
+    first, second = run.read_startups()
+    assert run.startups_file == tmp_path / "startups.jsonl"
+    assert (first["seconds"], first["job_id"], second["seconds"]) == (131.235, "77", 95)
+    assert datetime.fromisoformat(first["time"]).tzinfo is not None
+    assert startup_durations(run) == [131.235, 95.0]
 
 
 # -- stops.jsonl -------------------------------------------------------------------------------------

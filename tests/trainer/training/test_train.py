@@ -29,12 +29,13 @@ from hypothesis import strategies as st
 
 from hpc.run.checkpoints import ADAPTER_CONFIG, INCOMPLETE, is_complete, list_checkpoints, step_dir
 from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
-from tests.doubles.art_backend import TRAINING_MARKER, read_train_log, save_adapter
+from tests.doubles.art_backend import TRAINING_MARKER, read_calls, read_train_log, save_adapter
 from tests.doubles.openai_server import OpenAIServer, Reply, failure, text, tool_call
 from trainer.training import train as trainer_train
 from trainer.training.config import load_config
 from trainer.training.training_step import TrainedNothing
 from trainer.training.train import (
+    Paths,
     SetupError,
     StopRequest,
     backend_class,
@@ -42,6 +43,7 @@ from trainer.training.train import (
     configure_environment,
     metrics_reporters,
     resolve_paths,
+    resume_step,
     total_steps,
 )
 
@@ -145,7 +147,7 @@ def run(tmp_path: Path, art_e_data_dir: Path, server: OpenAIServer, monkeypatch:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     for name in ("WANDB_API_KEY", "HPC_NO_INTERNET", "ART_FAKE_TRAIN_SECONDS", "ART_FAKE_SAVE_SECONDS",
-                 "SLURM_JOB_ID", "HPC_SIGNAL_GRACE", "HPC_JOB_END_TIME"):  # no job's end unless a test sets one
+                 "ART_FAKE_REGISTER_SECONDS", "SLURM_JOB_ID", "HPC_SIGNAL_GRACE", "HPC_JOB_END_TIME"):  # no job's end unless a test sets one
         monkeypatch.delenv(name, raising=False)
     return Run(env, RunDir(tmp_path / "run"), art_path, art_path / config.project / "models" / "run")
 
@@ -406,23 +408,120 @@ def boundary_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "would not end before the job's stop signal" in r.getMessage()]
 
 
-def test_a_step_that_would_not_end_before_the_jobs_stop_signal_is_not_started(
+def end_job_in(monkeypatch: pytest.MonkeyPatch, seconds_left: float) -> None:
+    """The job's end such that ``seconds_left`` remain before its stop signal may come (30 s grace, 30 s margin)."""
+    monkeypatch.setenv("HPC_JOB_END_TIME", str(time.time() + 30 + 30 + seconds_left))
+    monkeypatch.setenv("HPC_SIGNAL_GRACE", "30")
+
+
+def test_a_step_that_would_not_end_before_the_jobs_stop_signal_stops_the_job_before_the_backend_starts(
     run: Run, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    run.run_dir.append_step({"step": 0, "seconds": 600.0})  # an earlier job's 10-minute steps
-    monkeypatch.setenv("HPC_JOB_END_TIME", str(time.time() + 100))
-    monkeypatch.setenv("HPC_SIGNAL_GRACE", "30")
+    run.run_dir.append_step({"step": 0, "seconds": 600.0})  # an earlier job's 10-minute steps, no start-up recorded
+    end_job_in(monkeypatch, 40)
     caplog.set_level("INFO", logger="trainer")
 
     assert train_in_process() == EXIT_STOPPED_FOR_TIME
 
-    assert run.trained == [] and run.steps_on_disk() == [0], "nothing started, nothing saved"
+    assert read_calls(run.art_path) == [] and run.trained == [] and run.steps_on_disk() == [], "nothing started"
     [stop] = run.run_dir.read_stops()
     assert (stop["reason"], stop["step"], stop["predicted_step_seconds"], stop["lost_rollout_seconds"]) == (
-        "boundary", 0, 720.0, 0.0), "the longest recent step x 1.2"
+        "boundary", 0, 720.0, 0.0), "the longest recent step x 1.2, an instant start-up before it"
     assert 20 < stop["seconds_left"] <= 40, "end - 30 s grace - 30 s margin, less the trainer's start"
     [line] = boundary_lines(caplog)
-    assert line.startswith("step 1 would not end before the job's stop signal may come: predicted 720.0s, ")
+    assert line.startswith("the backend's start (none recorded yet) and step 1 (predicted 720.0s) would not end "
+                           "before the job's stop signal may come: ")
+    assert line.endswith(" left: not starting the backend; stopping with 0 steps done "
+                         "(exit 75, the next job continues at once)")
+
+
+def record_history(run: Run, steps: list[float], startups: list[float]) -> None:
+    """Earlier jobs' trained steps (1, 2, ...) with their checkpoints, and their backends' start-ups."""
+    precreate_checkpoints(run, range(0, len(steps) + 1))
+    for number, seconds in enumerate(steps, 1):
+        run.run_dir.append_step({"step": number, "seconds": seconds})
+    for seconds in startups:
+        run.run_dir.append_startup(seconds)
+
+
+def test_a_resumed_run_whose_start_up_and_next_step_would_not_fit_exits_75_without_starting_the_backend(
+    run: Run, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    record_history(run, steps=[30.0, 34.5], startups=[90.0, 100.0])  # predicted: a 120 s start-up, a 41.4 s step
+    (step_dir(run.model_dir, 3) / ADAPTER_CONFIG).parent.mkdir(parents=True)  # a save torn by the last job's end
+    (step_dir(run.model_dir, 3) / ADAPTER_CONFIG).write_text("{}")
+    end_job_in(monkeypatch, 150)  # each would fit alone; not both
+    caplog.set_level("INFO", logger="trainer")
+
+    assert train_in_process() == EXIT_STOPPED_FOR_TIME
+
+    assert read_calls(run.art_path) == [], "the backend was neither constructed nor registered"
+    assert run.trained == [] and run.steps_on_disk() == [0, 1, 2], "the torn step 3 moved aside, nothing new"
+    [stop] = run.run_dir.read_stops()
+    assert (stop["reason"], stop["step"], stop["predicted_step_seconds"]) == ("boundary", 2, 161.4)
+    assert 140 < stop["seconds_left"] <= 150
+    assert len(run.run_dir.read_startups()) == 2, "no start-up happened, none recorded"
+    [line] = boundary_lines(caplog)
+    assert line.startswith("the backend's start (predicted 120.0s) and step 3 (predicted 41.4s) would not end "
+                           "before the job's stop signal may come: ")
+    assert line.endswith(" left: not starting the backend; stopping with 2 steps done "
+                         "(exit 75, the next job continues at once)")
+
+
+def test_with_enough_time_left_the_backend_starts_trains_and_records_its_start_up(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_history(run, steps=[30.0, 34.5], startups=[90.0, 100.0])
+    end_job_in(monkeypatch, 3600)
+
+    assert train_in_process() == 0
+
+    assert read_calls(run.art_path) == ["construct", "register"]
+    assert run.trained == [2] and run.steps_on_disk() == [0, 1, 2, 3]
+    *earlier, startup = run.run_dir.read_startups()
+    assert [r["seconds"] for r in earlier] == [90.0, 100.0]
+    assert startup["job_id"] == "local" and 0 <= startup["seconds"] < 30, "this job's own start-up, appended"
+    assert [s["reason"] for s in run.run_dir.read_stops()] == ["finished"]
+
+
+def test_a_run_without_step_history_starts_the_backend_even_with_no_time_left(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run.run_dir.append_startup(500.0)  # a start-up recorded, no step trained yet: nothing to predict a step from
+    end_job_in(monkeypatch, -10)
+
+    assert train_in_process() == EXIT_STOPPED_FOR_TIME
+
+    assert read_calls(run.art_path) == ["construct", "register"]
+    assert run.trained == [0], "the first step starts (no prediction); the second has history and does not fit"
+    [stop] = run.run_dir.read_stops()
+    assert (stop["reason"], stop["step"]) == ("boundary", 1)
+
+
+def test_a_start_up_longer_than_predicted_still_has_the_first_step_checked_after_it(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_history(run, steps=[1.0], startups=[0.0])  # predicted: 1.2 s in all
+    monkeypatch.setenv("ART_FAKE_REGISTER_SECONDS", "2.5")  # the model loads slower this time
+    end_job_in(monkeypatch, 3)
+
+    assert train_in_process() == EXIT_STOPPED_FOR_TIME
+
+    assert read_calls(run.art_path) == ["construct", "register"] and run.trained == []
+    [stop] = run.run_dir.read_stops()
+    assert (stop["reason"], stop["step"], stop["predicted_step_seconds"]) == ("boundary", 1, 1.2)
+    assert stop["seconds_left"] < 1.2
+    assert run.run_dir.read_startups()[-1]["seconds"] >= 2.5, "the slow start-up is recorded for the next job"
+
+
+def test_the_step_a_job_resumes_from_is_the_latest_checkpoint_else_the_last_recorded_step(tmp_path: Path) -> None:
+    paths = Paths(RunDir(tmp_path / "run"), tmp_path / "art", "run", tmp_path / "model", tmp_path / "data",
+                  tmp_path / "judge")
+    assert resume_step(paths) == 0, "a new run"
+    paths.run_dir.append_step({"step": 4, "seconds": 1.0})
+    assert resume_step(paths) == 4, "a backend that keeps its checkpoints elsewhere"
+    save_adapter(step_dir(paths.model_dir, 6), 6)
+    assert resume_step(paths) == 6, "the checkpoint ART resumes from wins"
 
 
 def test_the_end_is_read_before_every_step_and_training_stops_at_the_next_boundary(
