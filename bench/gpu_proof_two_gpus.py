@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections import Counter
 import shlex
 import subprocess
 import time
@@ -36,7 +37,7 @@ from bench.gpu_proof_kit import (
 JUDGE_PORT = 18765  # hpc.launcher.judge_serve's default
 JUDGE_START_TIMEOUT = 900
 VLLM_SHARE_SEEN = 0.5  # a GPU holding vLLM shows at least this share of its memory used (it takes 0.75 or 0.9)
-_JUDGE_REQUEST = re.compile(r'"POST /v1/chat/completions HTTP/1\.\d" 200')
+_JUDGE_RESPONSE = re.compile(r'"POST /v1/chat/completions HTTP/1\.\d" (\d{3})')
 
 
 # -- dedicated ------------------------------------------------------------------------------------------
@@ -71,10 +72,12 @@ def judge_job_script(judge_dir: Path, model: Path, port: int = JUDGE_PORT, pytho
     it starts the judge on the job's GPUs after the run's, waits until it answers, writes what
     the workload gets (its GPUs, a setup error) to ``workload.env``, and keeps the judge until
     the script is terminated (its cleanup stops the judge, as at a job's end)."""
-    from hpc.launcher.judge_serve import JudgeServe
+    from hpc.launcher.judge_serve import DEFAULT_MAX_MODEL_LEN, JudgeServe
     from hpc.launcher.render import render
 
-    judge = JudgeServe(str(model), 1, port, 4096, JUDGE_START_TIMEOUT, first_device=1)
+    # the launcher's default window: with the made model's small vocabulary a verdict's prompt
+    # (instructions, question, reference, answer) passed 4096 tokens on an H200
+    judge = JudgeServe(str(model), 1, port, DEFAULT_MAX_MODEL_LEN, JUDGE_START_TIMEOUT, first_device=1)
     block = render("_judge_server.sh.j2", {"judge": judge, "judge_dir": str(judge_dir), "pack": None})
     return "\n".join([
         "#!/bin/bash",
@@ -130,9 +133,10 @@ class ServedJudge:
             self._process.terminate()
             self._process.wait(timeout=180)
 
-    def requests_answered(self) -> int:
+    def responses(self) -> Counter[str]:
+        """The HTTP status of each chat request the judge got (its vLLM's access log)."""
         log = self.judge_dir / "vllm.log"
-        return len(_JUDGE_REQUEST.findall(log.read_text(errors="replace"))) if log.is_file() else 0
+        return Counter(_JUDGE_RESPONSE.findall(log.read_text(errors="replace")) if log.is_file() else [])
 
 
 def stage_judge(work: Work, args: argparse.Namespace) -> list[str]:
@@ -152,13 +156,15 @@ def stage_judge(work: Work, args: argparse.Namespace) -> list[str]:
     finally:
         served.stop()
     records = check_stopped(asking, code, log, 1)
-    if served.requests_answered() == 0:
-        raise ProofFailed(f"the served judge answered no request (see {served.judge_dir / 'vllm.log'})")
+    answered = served.responses()
+    if answered["200"] < 2 or set(answered) != {"200"}:
+        raise ProofFailed(f"the served judge answered {dict(answered)} (HTTP status: requests), not every request "
+                          f"with 200 (see {served.judge_dir / 'vllm.log'})")
     return [f"judge {work.model.name} on GPU {args.gpus[1]} answering after {judge_seconds:.0f} s; the run got "
             f"CUDA_VISIBLE_DEVICES={workload['CUDA_VISIBLE_DEVICES']}",
-            f"steps {[r['step'] for r in records]}: {served.requests_answered()} verdicts asked of the served judge, "
-            f"{sum(r['judge_failures'] for r in records)} unusable (the made model is no judge: the path is the proof), "
-            f"LoRA changed at {trained_steps(asking, records)}"]
+            f"steps {[r['step'] for r in records]}: the served judge answered {answered['200']} requests (the "
+            f"preflight's and the verdicts); {sum(r['judge_failures'] for r in records)} verdicts unusable (the made "
+            f"model is no judge: the path is the proof); LoRA changed at {trained_steps(asking, records)}"]
 
 
 # -- a pack of two runs ----------------------------------------------------------------------------------

@@ -148,9 +148,10 @@ def test_the_judge_block_serves_on_the_jobs_second_gpu_gives_the_run_the_first_a
         socket.create_connection(("127.0.0.1", judge.port), timeout=2).close()
 
 
-def test_the_served_judges_requests_are_counted_from_its_access_log(tmp_path: Path) -> None:
+def test_the_served_judges_answers_are_counted_by_status_from_its_access_log(tmp_path: Path) -> None:
     judge = ServedJudge(Work(tmp_path), tmp_path, "0,1")
     (tmp_path / "vllm.log").write_text('INFO: 127.0.0.1:5 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
                                        'INFO: 127.0.0.1:5 - "GET /health HTTP/1.1" 200 OK\n'
+                                       'INFO: 127.0.0.1:6 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request\n'
                                        'INFO: 127.0.0.1:6 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n')
-    assert judge.requests_answered() == 2
+    assert judge.responses() == {"200": 2, "400": 1}
