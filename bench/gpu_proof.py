@@ -39,6 +39,7 @@ network. Figures: time to register, seconds per step, rollouts per second, peak 
 each GPU (nvidia-smi, sampled each second) against hpc.launcher.gpu_memory's estimate,
 checkpoint size, the resumed step. Exit 0 when every stage ran or was skipped.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,9 +52,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.gpu_proof_kit import (  # noqa: E402
-    FIXTURE, PYTHON, REPO, RUN_NAME, MemorySampler, ProofFailed, Work, after_steps, check_trained, command, folder_mib, last_lines,
-    memory_estimate, node_gpus, rollouts_per_second, say, seconds_per_step, seconds_to_register, served_at,
-    string_match_verdict, trained_steps, trainer, wait_for)
+    FIXTURE, PYTHON, REPO, RUN_NAME, MemorySampler, ProofFailed, Work, after_steps, check_trained, command,
+    folder_mib, last_lines, memory_estimate, node_gpus, rollouts_per_second, say, seconds_per_step,
+    seconds_to_register, served_at, string_match_verdict, trained_steps, trainer, wait_for)
 from bench.gpu_proof_two_gpus import TWO_GPU_STAGES, stage_baseline  # noqa: E402
 from hpc.run.checkpoints import list_checkpoints  # noqa: E402
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME  # noqa: E402

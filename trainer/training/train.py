@@ -151,10 +151,14 @@ class StopRequest:
 
     def reclaim(self) -> None:
         """Install the handlers again if something took them, and unblock the signals in this
-        thread. On an H200 in gpu_mode dedicated, where ART runs Unsloth in the trainer's own
-        process, a SIGUSR1 after step 2 was never seen and the run trained to its end.
-        ``signal.signal`` also puts back CPython's own C handler, which a library's
-        sigaction may have replaced without Python knowing."""
+        thread. Seen on an H200 in gpu_mode dedicated, where ART runs Unsloth in the trainer's
+        own process: a SIGUSR1 after step 2 was never seen and the run trained to its end,
+        while Python still listed the trainer's handler (likely a library's C-level sigaction
+        over CPython's, which Python cannot see and ``signal.signal`` puts back; with this
+        called before each step, the next run's SIGUSR1 was seen). And ART's ServiceLifecycle
+        wraps SIGTERM in a handler that shuts ART's services down before calling ours, which
+        would kill the step being trained that a stop promises to finish (ART's atexit
+        cleanup stays)."""
         if not self._installed:
             return
         for sig in STOP_SIGNALS:
