@@ -8,6 +8,7 @@ write. Regenerate the corpus with tests/fixtures/art_e/make_fixture.py.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from collections.abc import Iterator
@@ -28,6 +29,14 @@ FIXTURE_QUESTIONS = FIXTURE_DIR / "questions.jsonl"
 def fixture_rows(path: Path = FIXTURE_EMAILS) -> list[dict[str, Any]]:
     """The rows of a fixture JSONL file, as the source gives them."""
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.fixture(autouse=True)
+def heap_unfrozen() -> Iterator[None]:
+    """trainer.train freezes its heap after its first step (``gc.freeze``); a test that runs it in
+    pytest's process gives the frozen objects back to the garbage collector when it ends."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ Most tests run the loop in-process; the signal tests run
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import os
@@ -258,6 +259,18 @@ def test_judge_verdicts_are_cached_in_the_run_directory(run: Run) -> None:
     assert train_in_process() == 0
 
     assert len(list((run.run_dir.path / "judge_cache").glob("*.json"))) >= 1
+
+
+def test_the_heap_is_collected_then_frozen_once_after_the_jobs_first_step(run: Run, monkeypatch: pytest.MonkeyPatch
+                                                                           ) -> None:
+    calls: list[tuple[str, int]] = []
+    for name in ("collect", "freeze"):
+        monkeypatch.setattr(gc, name, lambda name=name: calls.append((name, len(run.run_dir.read_steps()))))
+    precreate_checkpoints(run, range(0, 2))  # a resumed job: its first step is the run's step 2 (batch 1)
+
+    assert train_in_process() == 0
+
+    assert calls == [("collect", 1), ("freeze", 1)], "after the job's first step, before its second"
 
 
 def test_reward_ruler_trains_on_ruler_scores_without_the_answer_judge(
