@@ -18,8 +18,9 @@ Stages (one GPU):
             after --steps steps (exit 75, the step being trained is saved)
   resume    a second process: the latest checkpoint, vLLM serving it, the next step trains
             with no step repeated; SIGUSR1 after it
-  boundary  a third process whose job end is near (HPC_JOB_END_TIME): the next step would not
-            end before the stop signal, so it is not started: exit 75, a boundary record
+  boundary  a third process whose job end is near (HPC_JOB_END_TIME): the backend's start-up and
+            the next step would not end before the stop signal, so neither starts: exit 75 in
+            seconds, a boundary record
   eval      trainer.eval of the latest checkpoint through vLLM with the LoRA
   serve     trainer.serve answering /invoke through vLLM with the LoRA; trainer.ask once
 Stages (two GPUs; skipped, and said so, where --gpus names one), in bench/gpu_proof_two_gpus.py:
@@ -130,10 +131,11 @@ def stage_resume(work: Work, args: argparse.Namespace) -> list[str]:
 
 
 def stage_boundary(work: Work, args: argparse.Namespace) -> list[str]:
-    """A job whose end is near: the next step is predicted not to end before the stop signal
-    may come, so it is not started: exit 75, a boundary record, nothing lost."""
+    """A job whose end is near: its start-up and next step (startups.jsonl, steps.jsonl) are
+    predicted not to end before the stop signal may come, so the backend is not even started:
+    exit 75, a boundary record, nothing lost."""
     before = work.run.read_steps()
-    end = int(time.time()) + 60  # the deadline (end - grace 0 - margin 30 s) passes during register
+    end = int(time.time()) + 60  # the deadline (end - grace 0 - margin 30 s): 30 s, less than a start-up
     code, log, seconds = trainer(work, "boundary", work.train_args(), HPC_JOB_END_TIME=str(end),
                                  HPC_SIGNAL_GRACE="0")
     stop = work.run.read_stops()[-1]
