@@ -90,12 +90,15 @@ def ray_processes_of(job_id: str) -> list[str]:
 
 
 def assert_no_ray_left(job_id: str, timeout: float = 30) -> None:
-    """Slurm may still be reaping the steps right after the final state: allow it a moment."""
+    """Slurm may still be reaping the steps right after the final state, and a node's stop
+    removes its temp dir after its processes are gone: allow them a moment."""
     deadline = time.monotonic() + timeout
     while (left := ray_processes_of(job_id)) and time.monotonic() < deadline:
         time.sleep(1)
     assert not left, f"Ray processes of job {job_id} outlived it:\n" + "\n".join(left)
-    assert not list(Path("/tmp").glob(f"ray_{job_id}_*")), "the Ray temp dirs were not removed"
+    while (dirs := list(Path("/tmp").glob(f"ray_{job_id}_*"))) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not dirs, f"the Ray temp dirs were not removed: {dirs}"
 
 
 def outsider_connects(address: str) -> str:
