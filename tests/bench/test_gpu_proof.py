@@ -9,7 +9,6 @@ the pack's slots, processes stopped by SIGUSR1 once their own condition holds, t
 from __future__ import annotations
 
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,19 +18,8 @@ from bench.gpu_proof_kit import (
     Process, ProofFailed, Work, check_trained, parse_gpu_memory, run_together, seconds_to_register, served_at)
 from bench.gpu_proof_two_gpus import ServedJudge, pack_slots
 from hpc.run.checkpoints import step_dir
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def fake_vllm_bin(directory: Path) -> Path:
-    script = directory / "vllm"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} -m tests.doubles.fake_vllm \"$@\"\n")
-    script.chmod(0o755)
-    return script
+from tests.doubles.fake_vllm import write_executable
+from trainer.serving.vllm_server import free_port
 
 
 # -- readings --------------------------------------------------------------------------------------------
@@ -131,7 +119,7 @@ def test_the_pack_gives_each_run_its_own_gpu_and_vllm_port(tmp_path: Path) -> No
 
 def test_the_judge_block_serves_on_the_jobs_second_gpu_gives_the_run_the_first_and_stops_with_it(
         tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("VLLM_BIN", str(fake_vllm_bin(tmp_path)))
+    monkeypatch.setenv("VLLM_BIN", str(write_executable(tmp_path / "vllm")))
     monkeypatch.setenv("FAKE_VLLM_GPUS", str(tmp_path / "judge-gpus"))
     work = Work(tmp_path)
     work.model.mkdir()

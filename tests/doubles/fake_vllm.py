@@ -18,8 +18,19 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 from tests.doubles.openai_server import OpenAIServer, tool_call
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_executable(path: Path) -> Path:
+    """A `vllm` command at ``path`` that runs this double, for VLLM_BIN or a PATH entry."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m tests.doubles.fake_vllm \"$@\"\n")
+    path.chmod(0o755)
+    return path
 
 
 def option(argv: list[str], name: str, default: str | None = None) -> str | None:

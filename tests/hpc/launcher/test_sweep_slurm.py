@@ -28,6 +28,8 @@ from pathlib import Path
 import pytest
 
 from hpc.run.rundir import RunDir
+from tests.doubles.fake_vllm import write_executable
+from trainer.serving.vllm_server import free_port
 from tests.doubles.step_trainer import read_steps
 from tests.scripts.slurm_util import REPO, run_script, sacct_row
 
@@ -69,19 +71,6 @@ def wait_settled(runs: list[RunDir], timeout: float = 300) -> None:
     pytest.fail(f"the sweep did not settle within {timeout:.0f} s")
 
 
-def fake_vllm_bin(directory: Path) -> Path:
-    script = directory / "vllm"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} -m tests.doubles.fake_vllm \"$@\"\n")
-    script.chmod(0o755)
-    return script
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def world(slurm, tmp_path_factory):
     """Launch the sweep and the judge run at once; the tests then read what happened."""
@@ -91,7 +80,7 @@ def world(slurm, tmp_path_factory):
     port = free_port()
     judge_run = launch(runs_dir, "--cluster", "local", "--job_name", "judged", "--time_limit", "2",
                        "--entrypoint", "tests.doubles.echo_workload", "--cpus_per_task", "1",
-                       "--judge_serve", "fake-org/judge-7b", "--env", f"VLLM_BIN={fake_vllm_bin(runs_dir)}",
+                       "--judge_serve", "fake-org/judge-7b", "--env", f"VLLM_BIN={write_executable(runs_dir / "vllm")}",
                        "--env", f"JUDGE_SERVE_PORT={port}", "--env", f"FAKE_VLLM_GPUS={runs_dir / 'judge_gpus'}",
                        "--env", "ECHO_PROBE_JUDGE=1", "--env", "ECHO_ENV_NAMES=JUDGE_API_BASE,JUDGE_MODEL")
     assert judge_run.returncode == 0, judge_run.stderr

@@ -5,7 +5,6 @@ accuracy is known exactly, results cached per model, split and judge."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,12 +13,12 @@ from hpc.run import checkpoints as ck
 from hpc.run import ownership
 from hpc.run.rundir import RunDir
 from tests.doubles.art_backend import save_adapter
+from tests.doubles.fake_vllm import write_executable
 from tests.doubles.openai_server import OpenAIServer
 from tests.trainer.training.test_validation import PLANTED, planted_agent
 from trainer.evaluation.eval import main as eval_main
 
 pytestmark = pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
-REPO = Path(__file__).resolve().parents[3]
 JUDGE = "judge-model"
 
 
@@ -74,10 +73,7 @@ def test_a_model_evaluated_on_the_same_questions_and_judge_is_not_run_again(endp
 
 @pytest.fixture
 def fake_vllm(tmp_path: Path, monkeypatch) -> Path:
-    script = tmp_path / "bin" / "vllm"
-    script.parent.mkdir()
-    script.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m tests.doubles.fake_vllm \"$@\"\n")
-    script.chmod(0o755)
+    script = write_executable(tmp_path / "bin" / "vllm")
     monkeypatch.setenv("VLLM_BIN", str(script))
     return script
 

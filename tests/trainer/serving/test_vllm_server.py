@@ -14,6 +14,7 @@ import pytest
 
 from hpc.run import checkpoints as ck
 from tests.doubles.art_backend import save_adapter
+from tests.doubles.fake_vllm import write_executable
 from trainer.serving.vllm_server import ServerError, ServerSpec, VLLMServer, command, free_port, served_models
 
 REPO = Path(__file__).resolve().parents[3]
@@ -22,11 +23,7 @@ REPO = Path(__file__).resolve().parents[3]
 @pytest.fixture
 def fake_vllm(tmp_path: Path) -> Path:
     """An executable that runs the stand-in as `vllm` would be run."""
-    script = tmp_path / "bin" / "vllm"
-    script.parent.mkdir()
-    script.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m tests.doubles.fake_vllm \"$@\"\n")
-    script.chmod(0o755)
-    return script
+    return write_executable(tmp_path / "bin" / "vllm")
 
 
 @pytest.fixture
