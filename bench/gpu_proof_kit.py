@@ -28,7 +28,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from hpc.run.checkpoints import list_checkpoints  # noqa: E402
-from hpc.run.rundir import RunDir  # noqa: E402
+from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir  # noqa: E402
 from tests.doubles.openai_server import Reply, text  # noqa: E402
 
 FIXTURE = REPO / "tests" / "fixtures" / "art_e"
@@ -236,12 +236,18 @@ class Process:
         if self._process.poll() is not None:
             return False
         if time.monotonic() - self._began > timeout:
-            self._process.kill()
+            self.kill()
             raise ProofFailed(f"{self.name}: still running after {timeout:.0f} s (log {self.work.log(self.name)})")
         if self.until is not None and not self._signalled and self.until():
             self._process.send_signal(signal.SIGUSR1)
             self._signalled = True
         return True
+
+    def kill(self) -> None:
+        """Kill it if it still runs (a stage that failed leaves nothing behind)."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
 
     def result(self) -> tuple[int, str, float]:
         """(exit code, its log, seconds) once it ended."""
@@ -258,9 +264,7 @@ def run_together(processes: list[Process], timeout: float = 900) -> list[tuple[i
             time.sleep(0.5)
     finally:
         for process in processes:
-            if process._process is not None and process._process.poll() is None:
-                process._process.kill()
-                process._process.wait()
+            process.kill()
     return [process.result() for process in processes]
 
 
@@ -341,8 +345,6 @@ def trained_steps(work: Work, records: list[dict[str, Any]]) -> list[int]:
 def check_stopped(work: Work, code: int, log: str, steps: int) -> list[dict[str, Any]]:
     """A stage's run stopped by SIGUSR1 (exit 75) after at least ``steps`` steps: its step
     records; else ProofFailed saying which part did not hold."""
-    from hpc.run.rundir import EXIT_STOPPED_FOR_TIME
-
     records = work.run.read_steps()
     if code != EXIT_STOPPED_FOR_TIME:
         raise ProofFailed(f"{work.run_name}: trainer.train exited {code}, not 75 after SIGUSR1: {last_lines(log)}")
