@@ -75,8 +75,9 @@ def judge_job_script(judge_dir: Path, model: Path, port: int = JUDGE_PORT, pytho
     from hpc.launcher.judge_serve import DEFAULT_MAX_MODEL_LEN, JudgeServe
     from hpc.launcher.render import render
 
-    # the launcher's default window: with the made model's small vocabulary a verdict's prompt
-    # (instructions, question, reference, answer) passed 4096 tokens on an H200
+    # the launcher's defaults: a 16384-token window (with 4096 an H200 refused every verdict as a
+    # prompt of at least 4097 tokens, although vLLM's /tokenize counts 379) and a cap on each reply
+    # (uncapped, the made model asked for JSON wrote whitespace for over 100 s on an H100)
     judge = JudgeServe(str(model), 1, port, DEFAULT_MAX_MODEL_LEN, JUDGE_START_TIMEOUT, first_device=1)
     block = render("_judge_server.sh.j2", {"judge": judge, "judge_dir": str(judge_dir), "pack": None})
     return "\n".join([

@@ -11,7 +11,8 @@ run of the job (a pack shares one judge) reaches it at JUDGE_API_BASE.
 
 or, once per cluster, ``JUDGE_SERVE_MODEL`` / ``JUDGE_SERVE_GPUS`` in
 ``dotenv/<cluster>.env`` or ``.env``. ``JUDGE_SERVE_PORT`` (18765),
-``JUDGE_SERVE_MAX_MODEL_LEN`` (16384) and ``JUDGE_SERVE_TIMEOUT`` (1800 s to
+``JUDGE_SERVE_MAX_MODEL_LEN`` (16384), ``JUDGE_SERVE_MAX_OUTPUT_TOKENS`` (1024: the longest
+reply, so that a judge that rambles cannot hold a step) and ``JUDGE_SERVE_TIMEOUT`` (1800 s to
 load) tune it. The model is staged on the login node like the base model
 (``python -m trainer.data stage-model`` stages it too).
 """
@@ -19,7 +20,7 @@ load) tune it. The model is staged on the login node like the base model
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hpc.launcher.envfiles import EnvLayer, MergedEnv
 from hpc.errors import UsageError
@@ -28,6 +29,10 @@ MODEL_RE = re.compile(r"[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*")
 DEFAULT_PORT = 18765
 DEFAULT_MAX_MODEL_LEN = 16384  # a judge reads one question, two answers and a verdict
 DEFAULT_TIMEOUT = 1800  # seconds to load a model from a shared filesystem
+# A verdict is a short JSON object. Asked for JSON without a length, a model that never closes it
+# writes until its window is full (seen on an H100: a small model wrote whitespace for over 100 s),
+# so the served judge caps every reply (the trainer's verdicts set no length of their own).
+DEFAULT_MAX_OUTPUT_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,7 @@ class JudgeServe:
     port: int
     max_model_len: int
     start_timeout: int
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
     first_device: int = 0  # index among the job's GPUs: the judge takes those after the runs'
 
     @property
@@ -50,7 +56,7 @@ class JudgeServe:
         return EnvLayer("--judge_serve", {"JUDGE_API_BASE": self.api_base, "JUDGE_MODEL": self.model})
 
     def placed(self, first_device: int) -> "JudgeServe":
-        return JudgeServe(self.model, self.gpus, self.port, self.max_model_len, self.start_timeout, first_device)
+        return replace(self, first_device=first_device)
 
 
 def judge_serve(model_flag: str | None, gpus_flag: int | None, env: MergedEnv,
@@ -68,6 +74,7 @@ def judge_serve(model_flag: str | None, gpus_flag: int | None, env: MergedEnv,
     if not 1 <= gpus < gpus_per_node:
         raise UsageError(f"invalid --judge_gpus {gpus}: accepted 1..{gpus_per_node - 1} (a node has "
                          f"{gpus_per_node} GPUs and the run needs at least one)")
-    return JudgeServe(model, gpus, env.int_setting("JUDGE_SERVE_PORT", DEFAULT_PORT, 1024, 65535),
-                      env.int_setting("JUDGE_SERVE_MAX_MODEL_LEN", DEFAULT_MAX_MODEL_LEN, 512, 1_048_576),
-                      env.int_setting("JUDGE_SERVE_TIMEOUT", DEFAULT_TIMEOUT, 10, 86400))
+    window = env.int_setting("JUDGE_SERVE_MAX_MODEL_LEN", DEFAULT_MAX_MODEL_LEN, 512, 1_048_576)
+    return JudgeServe(model, gpus, env.int_setting("JUDGE_SERVE_PORT", DEFAULT_PORT, 1024, 65535), window,
+                      env.int_setting("JUDGE_SERVE_TIMEOUT", DEFAULT_TIMEOUT, 10, 86400),
+                      env.int_setting("JUDGE_SERVE_MAX_OUTPUT_TOKENS", DEFAULT_MAX_OUTPUT_TOKENS, 16, window - 1))

@@ -59,6 +59,7 @@ class ServerSpec:
     served_name: str = BASE_NAME  # a judge is served under its model id (the judge's cache is keyed by it)
     tensor_parallel_size: int = 1  # GPUs one model spans (a judge too large for one GPU)
     fast_start: bool = False  # config vllm_fast_start: no CUDA graphs, no kernel autotuning
+    max_output_tokens: int | None = None  # the longest reply to any request (a judge's cap); None: the window
 
     @property
     def base_url(self) -> str:
@@ -99,6 +100,8 @@ def command(spec: ServerSpec, vllm: Path) -> list[str]:
         argv += ["--enforce-eager", "--kernel-config", json.dumps(FAST_START_KERNEL_CONFIG)]
     if spec.tensor_parallel_size > 1:
         argv += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
+    if spec.max_output_tokens is not None:  # vLLM's server-wide limit, requests that ask for more included
+        argv += ["--override-generation-config", json.dumps({"max_new_tokens": spec.max_output_tokens})]
     if spec.adapters:
         argv += ["--enable-lora", "--max-lora-rank", str(max(lora_rank(p) for p in spec.adapters.values())),
                  "--max-loras", str(min(len(spec.adapters), 4)),
@@ -202,10 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address_file", type=Path, default=None, help="write host:port here once ready")
     parser.add_argument("--served_name", default=BASE_NAME, help="the name the base model answers to")
     parser.add_argument("--tensor_parallel_size", type=int, default=1, help="GPUs the model spans")
+    parser.add_argument("--max_output_tokens", type=int, default=None, help="the longest reply (default: the window)")
     args = parser.parse_args(argv)
     spec = ServerSpec(args.base_model, dict(args.adapter), args.port or free_port(args.host), args.host,
                       args.gpu_memory_utilization, args.max_model_len, served_name=args.served_name,
-                      tensor_parallel_size=args.tensor_parallel_size)
+                      tensor_parallel_size=args.tensor_parallel_size, max_output_tokens=args.max_output_tokens)
     stopping: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, lambda signum, _frame: stopping.append(signum))

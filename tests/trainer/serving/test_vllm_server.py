@@ -66,17 +66,19 @@ def test_a_server_that_dies_while_loading_is_one_line_naming_its_log(tmp_path) -
     assert "CUDA out of memory" in (tmp_path / "vllm.log").read_text()
 
 
-def test_the_command_line_writes_its_address_and_stops_on_term(fake_vllm, tmp_path) -> None:
-    address = tmp_path / "address"
+def test_the_command_line_writes_its_address_passes_its_cap_and_stops_on_term(fake_vllm, tmp_path) -> None:
+    address, recorded = tmp_path / "address", tmp_path / "argv.json"
     port = free_port()
     child = subprocess.Popen([sys.executable, "-m", "trainer.serving.vllm_server", "--base_model", "m", "--port", str(port),
-                              "--address_file", str(address), "--log", str(tmp_path / "log")],
-                             cwd=REPO, env={**os.environ, "VLLM_BIN": str(fake_vllm)})
+                              "--address_file", str(address), "--log", str(tmp_path / "log"), "--max_output_tokens", "64"],
+                             cwd=REPO, env={**os.environ, "VLLM_BIN": str(fake_vllm), "FAKE_VLLM_ARGV": str(recorded)})
     try:
         deadline = time.monotonic() + 60
         while not address.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert address.read_text().strip() == f"127.0.0.1:{port}"
+        argv = json.loads(recorded.read_text())
+        assert argv[argv.index("--override-generation-config") + 1] == '{"max_new_tokens": 64}'
         child.terminate()
         assert child.wait(30) == 0
         assert served_models(f"http://127.0.0.1:{port}/v1") == set()
@@ -105,3 +107,10 @@ def test_vllm_gets_the_v1_model_runner_unless_the_user_chose(tmp_path, given, st
         VLLMServer(ServerSpec("m", port=free_port()), tmp_path / "vllm.log", vllm=recording_vllm(tmp_path),
                    env={"PATH": os.environ["PATH"], **given}).start()
     assert (tmp_path / "runner").read_text().strip() == started_with
+
+
+def test_a_capped_server_limits_every_reply_through_vllms_generation_override(tmp_path) -> None:
+    argv = command(ServerSpec("Qwen/Qwen2.5-32B-Instruct", max_output_tokens=1024), tmp_path / "vllm")
+    assert argv[argv.index("--override-generation-config") + 1] == '{"max_new_tokens": 1024}'
+    assert "--override-generation-config" not in command(ServerSpec("m"), tmp_path / "vllm")
+
