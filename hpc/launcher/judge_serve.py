@@ -77,4 +77,5 @@ def judge_serve(model_flag: str | None, gpus_flag: int | None, env: MergedEnv,
     window = env.int_setting("JUDGE_SERVE_MAX_MODEL_LEN", DEFAULT_MAX_MODEL_LEN, 512, 1_048_576)
     return JudgeServe(model, gpus, env.int_setting("JUDGE_SERVE_PORT", DEFAULT_PORT, 1024, 65535), window,
                       env.int_setting("JUDGE_SERVE_TIMEOUT", DEFAULT_TIMEOUT, 10, 86400),
-                      env.int_setting("JUDGE_SERVE_MAX_OUTPUT_TOKENS", DEFAULT_MAX_OUTPUT_TOKENS, 16, window - 1))
+                      env.int_setting("JUDGE_SERVE_MAX_OUTPUT_TOKENS", min(DEFAULT_MAX_OUTPUT_TOKENS, window - 1), 16,
+                                      window - 1))

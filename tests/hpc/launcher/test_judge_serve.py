@@ -16,6 +16,8 @@ def test_a_served_judge_caps_its_replies_by_default_and_the_dotenv_can_change_it
     assert judge_serve("Qwen/Qwen2.5-32B-Instruct", None, settings(), 4).max_output_tokens == DEFAULT_MAX_OUTPUT_TOKENS
     judge = judge_serve("Qwen/Qwen2.5-32B-Instruct", None, settings(JUDGE_SERVE_MAX_OUTPUT_TOKENS="256"), 4)
     assert judge.max_output_tokens == 256 and judge.placed(3).max_output_tokens == 256
+    small = judge_serve("Qwen/Qwen2.5-32B-Instruct", None, settings(JUDGE_SERVE_MAX_MODEL_LEN="600"), 4)
+    assert small.max_output_tokens == 599  # never more than the window leaves
 
 
 @pytest.mark.parametrize("value", ["0", "16384", "lots"])
