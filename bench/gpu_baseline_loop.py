@@ -130,10 +130,9 @@ def main() -> int:
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config keys over the proof's TRAIN_ARGS")
     args = parser.parse_args()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from hpc.job.vllm_runtime import job_runtime_env, with_runner_defaults
+    from hpc.job.vllm_runtime import art_runtime_env
 
-    os.environ.update(job_runtime_env(os.environ))  # the vLLM runtime the trainer uses, found the same way
-    os.environ.update(with_runner_defaults(os.environ))  # vLLM's runner as the trainer gives ART's runtime
+    os.environ.update(art_runtime_env(os.environ))  # the vLLM runtime and runner the trainer gives ART
     config = proof_config(args.model, args.overrides)
     gathered = asyncio.run(loop(*start(config, args.art_path), config, args.data_dir, args.steps))
     print(f"baseline rollouts/s {rollouts_per_second(gathered):.3f}")

@@ -175,6 +175,14 @@ def job_runtime_env(env: Mapping[str, str]) -> dict[str, str]:
     return {}
 
 
+def art_runtime_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What a process that starts ART's vLLM runtime (trainer.train, bench/gpu_baseline_loop.py)
+    adds to its environment: RUNNER_DEFAULTS where ``env`` sets none, and the PyPI build's
+    location (``job_runtime_env``)."""
+    runner = {name: value for name, value in RUNNER_DEFAULTS.items() if name not in env}
+    return {**runner, **job_runtime_env(env)}
+
+
 # -- TileLang's CUDA runtime stub ------------------------------------------------------
 
 SHIM_DIR = Path("nvidia") / "cudart_shim" / "lib"  # ART puts <runtime site-packages>/nvidia/*/lib on LD_LIBRARY_PATH

@@ -80,7 +80,7 @@ from hpc.job.deadline import (
     validation_durations,
 )
 from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir, utc_now
-from hpc.job.vllm_runtime import job_runtime_env, with_runner_defaults
+from hpc.job.vllm_runtime import art_runtime_env
 from trainer.training.config import (
     ConfigError,
     TrainerConfig,
@@ -273,11 +273,10 @@ def configure_environment(env: dict[str, str] | os._Environ, *, interactive: boo
       this module logs. TQDM_DISABLE set by the user wins.
     - ART looks only for its own managed vLLM runtime: point it at the PyPI build
       setup.sh made where that is the one built (aarch64; hpc/job/vllm_runtime.py).
-    - ART's runtime gets vLLM's V1 model runner (hpc.job.vllm_runtime.with_runner_defaults:
+    - ART's runtime gets vLLM's V1 model runner (hpc.job.vllm_runtime.RUNNER_DEFAULTS:
       ART's patch fails on the V2 runner); a value the user set wins."""
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    env.update(with_runner_defaults(env))
-    env.update(job_runtime_env(env))  # the PyPI-built vLLM runtime, where ART's managed one is not
+    env.update(art_runtime_env(env))  # vLLM's runner; the PyPI-built runtime, where ART's managed one is not
     env.setdefault("WANDB_DIR", str(run_dir))
     if env.get("HPC_NO_INTERNET") == "1":
         env.setdefault("WANDB_MODE", "offline")

@@ -88,6 +88,15 @@ def test_the_pypi_build_is_found_and_handed_to_art_through_ART_VLLM_RUNTIME_BIN(
     assert rt.job_runtime_env(env) == {"ART_VLLM_RUNTIME_BIN": str(server)}
 
 
+def test_a_process_starting_arts_runtime_gets_the_pypi_build_and_the_v1_runner_unless_the_user_chose(
+        tmp_path: Path, monkeypatch) -> None:
+    env = {"ART_VLLM_RUNTIME_CACHE_DIR": str(tmp_path)}
+    server = make_server(rt.server(rt.pypi_runtime_dir(env, "aarch64")))
+    monkeypatch.setattr(rt.platform, "machine", lambda: "aarch64")
+    assert rt.art_runtime_env(env) == {"VLLM_USE_V2_MODEL_RUNNER": "0", "ART_VLLM_RUNTIME_BIN": str(server)}
+    assert rt.art_runtime_env({**env, "VLLM_USE_V2_MODEL_RUNNER": "1"}) == {"ART_VLLM_RUNTIME_BIN": str(server)}
+
+
 def test_an_explicit_runtime_bin_wins_and_a_missing_one_is_said(tmp_path: Path) -> None:
     assert rt.describe({"ART_VLLM_RUNTIME_BIN": str(tmp_path / "nope")}, "aarch64").startswith("MISSING")
     server = make_server(tmp_path / "bin" / "server")
