@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections import Counter
 import shlex
 import subprocess
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
