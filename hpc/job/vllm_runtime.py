@@ -79,6 +79,16 @@ def pypi_requirements(bundle: Bundle) -> tuple[list[str], list[str]]:
     return requirements, overrides
 
 
+def write_requirements(bundle: Bundle, out: Path) -> Path:
+    """``out/requirements.txt`` (the PyPI build's requirements and ART's runtime wheel) and
+    ``out/overrides.txt``; returns the first."""
+    requirements, overrides = pypi_requirements(bundle)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "requirements.txt").write_text("\n".join([*requirements, str(bundle.wheel)]) + "\n")
+    (out / "overrides.txt").write_text("\n".join(overrides) + "\n")
+    return out / "requirements.txt"
+
+
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 
 
@@ -266,11 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "torch-pins":
         print("\n".join(torch_pins(bundle)))
         return 0
-    requirements, overrides = pypi_requirements(bundle)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "requirements.txt").write_text("\n".join([*requirements, str(bundle.wheel)]) + "\n")
-    (args.out / "overrides.txt").write_text("\n".join(overrides) + "\n")
-    print(args.out / "requirements.txt")
+    print(write_requirements(bundle, args.out))
     return 0
 
 
