@@ -112,6 +112,8 @@ def test_the_backends_torch_override_pairs_torch_with_the_torchvision_art_pins_f
     pins = dict(line.split("==") for line in rt.torch_pins(bundle))
     assert set(pins) == {"torch", "torchvision", "torchaudio"}
     assert pins["torch"] == "2.11.0" and pins["torchvision"] == "0.26.0"
+    assert rt.art_backend_torch() == "2.11.0", "ART's [backend] pins torch==2.11.0+cu128: the release, not the label"
+    assert rt.backend_torch_overrides(bundle) == ["torch==2.11.0", "torchaudio==2.11.0", "torchvision==0.26.0"]
 
 
 def test_tilelangs_cuda_runtime_stub_resolves_where_art_puts_the_runtime_libraries_first(tmp_path: Path) -> None:
