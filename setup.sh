@@ -226,21 +226,13 @@ build_runtime() {
 }
 
 # --wheelhouse DIR: the backend's and ART's vLLM runtime's wheels for an offline target, each
-# set locked for it (python 3.12 on --arch) and cut to what --have says it lacks.
+# set locked for it (python 3.12 on --arch, wheels only) and cut to what --have says it lacks
+# (hpc/job/wheelhouse.py writes the sets as --backend installs them, into DIR/requirements).
 download_wheelhouse() {
-  local house="$1" reqs
+  local house="$1" args=(--arch "$arch" --uv "$venv/bin/uv" --repo "$repo")
   mkdir -p "$house" && house="$(cd "$house" && pwd)"
-  reqs="$house/requirements"
-  mkdir -p "$reqs"
-  printf -- '-e %s[frontend,backend]\n' "$repo" > "$reqs/backend.in"
-  torch_overrides "$(art_torch_pin)" > "$reqs/backend-overrides.txt" || die "cannot read ART's torch pins"
-  "$venv/bin/python" -m hpc.job.vllm_runtime requirements "$reqs/runtime" >/dev/null || die "cannot read ART's runtime bundle"
-  local args=(--arch "$arch" --uv "$venv/bin/uv")
   [[ -z "$have" ]] || args+=(--have "$have")
-  "$venv/bin/python" -m hpc.job.wheelhouse download "$house" --name backend --requirements "$reqs/backend.in" \
-    --overrides "$reqs/backend-overrides.txt" "${args[@]}" || die "the backend's wheels could not be downloaded"
-  "$venv/bin/python" -m hpc.job.wheelhouse download "$house" --name runtime --requirements "$reqs/runtime/requirements.txt" \
-    --overrides "$reqs/runtime/overrides.txt" "${args[@]}" || die "the vLLM runtime's wheels could not be downloaded"
+  "$venv/bin/python" -m hpc.job.wheelhouse download "$house" "${args[@]}" || die "the wheelhouse could not be made (see above)"
   say "wheelhouse for $arch: $house ($(du -sh "$house/wheels" | cut -f1)); on the target: bash setup.sh --from-wheelhouse DIR"
 }
 if [[ -n "$wheelhouse" ]]; then
