@@ -16,8 +16,8 @@ installs from ``DIR`` alone. Each set is a lock file (``DIR/backend.lock``,
 out and why is ``DIR/requirements/left-out.txt`` (``LEFT_OUT``).
 
 A lock takes wheels up to manylinux_2_39, and pip takes the newest-glibc wheel of each
-release; the download says which glibc its wheels then need (2.34 on both architectures with
-ART 0.5.23), to compare with ``ldd --version`` on the target.
+release; the download says which glibc its wheels then need (2.34 for aarch64 with ART 0.5.23),
+to compare with ``ldd --version`` on the target.
 
 What the target already has counts (``--have`` is its ``pip list --format=freeze``;
 the install reads the target's own):
