@@ -159,18 +159,10 @@ fi
 # Does this machine reach a URL? (login nodes do; CI and some sites reach only PyPI)
 reachable() { "$venv/bin/python" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)' "$1" >/dev/null 2>&1; }
 
-# The torch release ART's [backend] extra pins (without its +cu128 label).
-art_torch_pin() {
-  "$venv/bin/python" -c 'import importlib.metadata as m, re
-print(next(re.match(r"torch==([^+;\s]+)", r).group(1) for r in m.requires("openpipe-art")
-           if r.startswith("torch==") and "backend" in r))'
-}
-# uv overrides for PyPI's torch in place of ART's +cu128 pin: torch, and the torchvision and
-# torchaudio built for it, as ART's vLLM runtime pins them (else a newer torchvision comes along).
-torch_overrides() {
-  echo "torch==$1"
-  "$venv/bin/python" -m hpc.job.vllm_runtime torch-pins | grep -v '^torch=='
-}
+# The torch release ART's [backend] extra pins (without its +cu128 label), and uv's overrides
+# for PyPI's torch in place of that pin (hpc/job/vllm_runtime.py).
+art_torch_pin() { "$venv/bin/python" -m hpc.job.vllm_runtime art-torch-pin; }
+torch_overrides() { "$venv/bin/python" -m hpc.job.vllm_runtime torch-overrides; }
 
 # ART's [backend] extra pins torch==<X>+cu128, a build only PyTorch's own index serves,
 # which pip's resolver cannot combine with PyPI; uv installs it from that index where this
@@ -189,7 +181,7 @@ install_backend() {
       || die "installing the backend from PyTorch's index failed (see above)"
   else
     override="$venv/torch-override.txt"
-    torch_overrides "$torch_pin" > "$override" || die "cannot read ART's torch pins"
+    torch_overrides > "$override" || die "cannot read ART's torch pins"
     say "PyTorch's index ($TORCH_INDEX) is not reachable from here: installing openpipe-art[backend]==$art_version"
     say "with PyPI's $(paste -sd' ' "$override") in place of torch==$torch_pin+cu128 (uv --override $override)"
     "$venv/bin/uv" pip install --quiet -p "$venv/bin/python" --override "$override" \
@@ -234,21 +226,13 @@ build_runtime() {
 }
 
 # --wheelhouse DIR: the backend's and ART's vLLM runtime's wheels for an offline target, each
-# set locked for it (python 3.12 on --arch) and cut to what --have says it lacks.
+# set locked for it (python 3.12 on --arch, wheels only) and cut to what --have says it lacks
+# (hpc/job/wheelhouse.py writes the sets as --backend installs them, into DIR/requirements).
 download_wheelhouse() {
-  local house="$1" reqs
+  local house="$1" args=(--arch "$arch" --uv "$venv/bin/uv" --repo "$repo")
   mkdir -p "$house" && house="$(cd "$house" && pwd)"
-  reqs="$house/requirements"
-  mkdir -p "$reqs"
-  printf -- '-e %s[frontend,backend]\n' "$repo" > "$reqs/backend.in"
-  torch_overrides "$(art_torch_pin)" > "$reqs/backend-overrides.txt" || die "cannot read ART's torch pins"
-  "$venv/bin/python" -m hpc.job.vllm_runtime requirements "$reqs/runtime" >/dev/null || die "cannot read ART's runtime bundle"
-  local args=(--arch "$arch" --uv "$venv/bin/uv")
   [[ -z "$have" ]] || args+=(--have "$have")
-  "$venv/bin/python" -m hpc.job.wheelhouse download "$house" --name backend --requirements "$reqs/backend.in" \
-    --overrides "$reqs/backend-overrides.txt" "${args[@]}" || die "the backend's wheels could not be downloaded"
-  "$venv/bin/python" -m hpc.job.wheelhouse download "$house" --name runtime --requirements "$reqs/runtime/requirements.txt" \
-    --overrides "$reqs/runtime/overrides.txt" "${args[@]}" || die "the vLLM runtime's wheels could not be downloaded"
+  "$venv/bin/python" -m hpc.job.wheelhouse download "$house" "${args[@]}" || die "the wheelhouse could not be made (see above)"
   say "wheelhouse for $arch: $house ($(du -sh "$house/wheels" | cut -f1)); on the target: bash setup.sh --from-wheelhouse DIR"
 }
 if [[ -n "$wheelhouse" ]]; then

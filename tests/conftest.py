@@ -1,6 +1,7 @@
 """Shared fixtures. The `slurm` fixture is the gate for tests that need the
 project's local Slurm (scripts/local_slurm.sh up): it skips on a contributor's
-machine without Slurm, but fails under CI=true, where a missing Slurm is a bug."""
+machine without Slurm, but fails under CI=true, where a missing Slurm is a bug.
+The `pypi` fixture gates the tests that read PyPI's metadata the same way."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,20 @@ def slurm() -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def pypi() -> None:
+    """The gate for tests that read PyPI (metadata, never a large download): they skip on a
+    machine without it, but fail under CI=true, which reaches PyPI."""
+    try:
+        urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=10)
+        return
+    except OSError as error:
+        problem = f"PyPI is not reachable ({error})"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{problem}; CI reaches it")
+    pytest.skip(problem)
 
 
 @pytest.fixture(autouse=True)

@@ -26,6 +26,7 @@ runtime a job will use, for ``setup.sh``, the dry run and the trainer.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -79,6 +80,16 @@ def pypi_requirements(bundle: Bundle) -> tuple[list[str], list[str]]:
     return requirements, overrides
 
 
+def write_requirements(bundle: Bundle, out: Path) -> Path:
+    """``out/requirements.txt`` (the PyPI build's requirements and ART's runtime wheel) and
+    ``out/overrides.txt``; returns the first."""
+    requirements, overrides = pypi_requirements(bundle)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "requirements.txt").write_text("\n".join([*requirements, str(bundle.wheel)]) + "\n")
+    (out / "overrides.txt").write_text("\n".join(overrides) + "\n")
+    return out / "requirements.txt"
+
+
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 
 
@@ -88,6 +99,25 @@ def torch_pins(bundle: Bundle) -> list[str]:
     (built for a newer torch) comes along and fails at import ('torchvision::nms does not exist')."""
     requirements, _ = pypi_requirements(bundle)
     return [line for line in requirements if line.split("==")[0] in TORCH_FAMILY]
+
+
+_ART_TORCH = re.compile(r"torch==([^+;\s]+)")
+
+
+def art_backend_torch() -> str:
+    """The torch release ART's [backend] extra pins, without its ``+cu128`` label: that build
+    is on PyTorch's own index only, and PyPI's build of the same release takes its place."""
+    for requirement in importlib.metadata.requires("openpipe-art") or []:
+        match = _ART_TORCH.match(requirement)
+        if match and "backend" in requirement:
+            return match.group(1)
+    raise LookupError("openpipe-art's [backend] extra pins no torch")
+
+
+def backend_torch_overrides(bundle: Bundle) -> list[str]:
+    """uv's overrides for PyPI's torch in place of ART's ``+cu128`` pin: torch at ART's backend
+    release, with the torchvision and torchaudio ``torch_pins`` gives for it."""
+    return [f"torch=={art_backend_torch()}", *(pin for pin in torch_pins(bundle) if not pin.startswith("torch=="))]
 
 
 def cache_dir(env: Mapping[str, str]) -> Path:
@@ -245,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         "out", type=Path)
     sub.add_parser("status", help="which runtime a job here would use")
     sub.add_parser("pypi-dir", help="the PyPI build's directory for this machine")
-    sub.add_parser("torch-pins", help="torch, torchvision and torchaudio as ART's runtime pins them")
+    sub.add_parser("art-torch-pin", help="the torch release ART's [backend] extra pins")
+    sub.add_parser("torch-overrides", help="uv's overrides for PyPI's torch in place of ART's +cu128 pin")
     sub.add_parser("shim", help="TileLang's CUDA runtime stub resolves to the real one in a runtime").add_argument(
         "python", help="the runtime's Python")
     args = parser.parse_args(argv)
@@ -263,14 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         print("hpc.job.vllm_runtime: ART (openpipe-art) is not installed here: no runtime bundle to read",
               file=sys.stderr)
         return 2
-    if args.command == "torch-pins":
-        print("\n".join(torch_pins(bundle)))
+    if args.command in ("art-torch-pin", "torch-overrides"):
+        print(art_backend_torch() if args.command == "art-torch-pin" else "\n".join(backend_torch_overrides(bundle)))
         return 0
-    requirements, overrides = pypi_requirements(bundle)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "requirements.txt").write_text("\n".join([*requirements, str(bundle.wheel)]) + "\n")
-    (args.out / "overrides.txt").write_text("\n".join(overrides) + "\n")
-    print(args.out / "requirements.txt")
+    print(write_requirements(bundle, args.out))
     return 0
 
 
