@@ -33,7 +33,6 @@ from hpc.launcher.jobspec import (
     check_range,
     check_ray_join_timeout,
     check_ray_port,
-    check_sbatch_args,
     check_slurm_word,
     check_time_limit,
     check_train_args,
@@ -47,6 +46,7 @@ from hpc.launcher.gpus import plan_gpus
 from hpc.launcher.judge_serve import JudgeServe, judge_serve
 from hpc.launcher.network import tunnel_for
 from hpc.launcher.render import render
+from hpc.launcher.sbatch_options import check_sbatch_args
 from hpc.run.rundir import RunDir
 from hpc.launcher import submit as slurm
 from hpc.launcher.timelimit import parse_time_limit
