@@ -22,6 +22,7 @@ from typing import Mapping
 
 from dotenv import dotenv_values
 
+from hpc.digits import is_count
 from hpc.errors import UsageError
 from hpc.secret_names import is_secret_name
 
@@ -67,7 +68,7 @@ class MergedEnv:
         text = (self.values.get(name) or "").strip()
         if not text:
             return default
-        if not text.isdigit() or not low <= int(text) <= high:
+        if not is_count(text) or not low <= int(text) <= high:
             raise UsageError(f"invalid {name} {text!r}: accepted an integer {low}..{high} (default {default})")
         return int(text)
 

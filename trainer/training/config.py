@@ -24,6 +24,7 @@ from typing import Any, Callable
 import yaml
 
 from hpc import yamlfile
+from hpc.digits import ascii_float, ascii_int
 from hpc.job.deadline import DEFAULT_SETTINGS as DEFAULT_BOUNDARY
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -303,7 +304,7 @@ def to_int(value: Any) -> int:
     if isinstance(value, int):
         return value
     if isinstance(value, str):
-        return int(value.strip())
+        return ascii_int(value)
     raise ValueError(value)
 
 
@@ -311,7 +312,7 @@ def to_float(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError(value)
     if isinstance(value, (int, float, str)):
-        number = float(value.strip() if isinstance(value, str) else value)
+        number = ascii_float(value) if isinstance(value, str) else float(value)
         if math.isfinite(number):
             return number
     raise ValueError(value)
