@@ -36,6 +36,13 @@ DEFAULT_CONFIG = "agent_008"
 CONTINUATION_MODES = ("auto", "requeue", "afterany")
 DEFAULT_RAY_JOIN_TIMEOUT = 300  # seconds; HPC_RAY_JOIN_TIMEOUT in the dotenv or --env overrides
 DEFAULT_SIGNAL_GRACE = 300  # seconds: time to finish the step in flight and save its checkpoint
+# Variables whose values the launcher writes into paths, #SBATCH and job-script lines or the dry run,
+# or the job prints (with the cluster's account variable): none may be built from a secret.
+PRINTED_SETTINGS = ("RUNS_DIR", "ART_PATH", "DATA_DIR", "HF_HOME", "HF_HUB_CACHE", "WANDB_DIR",
+                    "ART_VLLM_RUNTIME_CACHE_DIR", "ART_VLLM_RUNTIME_BIN", "TUNNEL_HOST", "TUNNEL_PORT",
+                    "TUNNEL_SSH_OPTS", "TUNNEL_TIMEOUT", "JUDGE_SERVE_MODEL", "JUDGE_SERVE_GPUS", "JUDGE_SERVE_PORT",
+                    "JUDGE_SERVE_MAX_MODEL_LEN", "JUDGE_SERVE_MAX_OUTPUT_TOKENS", "JUDGE_SERVE_TIMEOUT",
+                    "HPC_RAY_JOIN_TIMEOUT")
 
 # '=' and '+' appear in sweep runs' names (lr_sweep.learning_rate=2e-5.seed=1; hpc/launcher/sweeps.py).
 JOB_NAME_RE = re.compile(r"[A-Za-z0-9._=+-]{1,64}")
@@ -276,6 +283,11 @@ def env_layers(cluster: Cluster, env_flags: list[str], repo_dir: Path = REPO_DIR
         read_dotenv(repo_dir / ".env"),
         parse_env_flags(env_flags),
     ]
+
+
+def refuse_printed_secrets(env: MergedEnv, cluster: Cluster) -> None:
+    """The variables whose values the launcher prints may not be built from a secret (UsageError)."""
+    env.refuse_secret([*PRINTED_SETTINGS, cluster.account_var])
 
 
 def outer_env(cluster: Cluster, job_name: str | None = None) -> dict[str, str]:

@@ -39,6 +39,7 @@ from hpc.launcher.jobspec import (
     default_signal_grace,
     env_layers,
     outer_env,
+    refuse_printed_secrets,
     resolve_runs_dir,
     trainer_config,
 )
@@ -124,6 +125,7 @@ def job_env(args: argparse.Namespace, layers: list[EnvLayer], outer: dict[str, s
             num_nodes: int) -> tuple[MergedEnv, JudgeServe | None]:
     """The merged environment, with a served judge's address when the job serves one."""
     env = merge_layers(layers, outer)
+    refuse_printed_secrets(env, cluster)  # before any of their values is read, checked or shown
     judge = judge_serve(args.judge_serve, args.judge_gpus, env, cluster.gpus_per_node)
     if judge is None:
         return env, None
