@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from hpc.launcher.clusters import Cluster, Detection
 from hpc.launcher.envfiles import EnvLayer, MergedEnv, merge_layers, parse_env_flags, read_dotenv, resolve_one
 from hpc.errors import UsageError
+from hpc.launcher.managed_vars import refuse_managed
 from hpc.launcher.network import Tunnel
 from hpc.job.ray_cluster import highest_port
 from hpc.run.rundir import RunDir
@@ -276,13 +277,12 @@ def check_log_path(runs_dir: Path) -> Path:
 
 
 def env_layers(cluster: Cluster, env_flags: list[str], repo_dir: Path = REPO_DIR) -> list[EnvLayer]:
-    """The dotenv layers in merge order (later wins)."""
-    return [
-        read_dotenv(repo_dir / "dotenv" / "common.env"),
-        read_dotenv(repo_dir / "dotenv" / cluster.dotenv),
-        read_dotenv(repo_dir / ".env"),
-        parse_env_flags(env_flags),
-    ]
+    """The dotenv layers in merge order (later wins). The user's (.env, --env) may not set what
+    the launcher, the job script or Slurm set (hpc/launcher/managed_vars.py)."""
+    users = [read_dotenv(repo_dir / ".env"), parse_env_flags(env_flags)]
+    for layer in users:
+        refuse_managed(layer, cluster.name, cluster.internet)
+    return [read_dotenv(repo_dir / "dotenv" / "common.env"), read_dotenv(repo_dir / "dotenv" / cluster.dotenv), *users]
 
 
 def refuse_printed_secrets(env: MergedEnv, cluster: Cluster) -> None:
