@@ -90,7 +90,12 @@ def read_dotenv(path: Path) -> EnvLayer:
     """A dotenv file's raw values (no interpolation yet); missing file = empty layer."""
     if not path.exists():
         return EnvLayer(str(path), {})
-    raw = dotenv_values(path, interpolate=False)
+    if not path.is_file():
+        raise UsageError(f"{path}: expected a dotenv file of KEY=VALUE lines, found something else (a folder, a device)")
+    try:
+        raw = dotenv_values(path, interpolate=False)
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text; expected a dotenv file of KEY=VALUE lines") from None
     values: dict[str, str] = {}
     for name, value in raw.items():
         if not NAME_RE.fullmatch(name):
