@@ -136,12 +136,16 @@ def vllm_share(config: "TrainerConfig", gpu_mode: str) -> float:
     return config.gpu_memory_utilization or VLLM_SHARE[gpu_mode]
 
 
+FOLDER_NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
+
 # Value checks beyond the type: (predicate, what is accepted).
 Check = tuple[Callable[[Any], bool], str]
 _POSITIVE: Check = (lambda v: v >= 1, "an integer >= 1")
 _NON_NEGATIVE: Check = (lambda v: v >= 0, "an integer >= 0")
 CHECKS: dict[str, Check] = {
-    "project": (lambda v: bool(v.strip()), "a non-empty name"),
+    # A folder under ART_PATH (<project>/models/<run>): never a path out of it (/etc, ../..).
+    "project": (lambda v: bool(FOLDER_NAME_RE.fullmatch(v)) and v not in (".", ".."),
+                "a folder name of letters, digits and . _ - (not '.' or '..')"),
     "model_name": (lambda v: bool(v.strip()), "a non-empty name"),
     "base_model": (lambda v: bool(v.strip()), "a Hugging Face model id"),
     "backend": (lambda v: bool(BACKEND_RE.fullmatch(v)), "'local' or an import path 'package.module:ClassName'"),
