@@ -200,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         if preflight_refuses(args, spec):
             return 1
         return submit_run(spec, script, argv, args.restart)
-    except UsageError as err:
-        print(f"hpc.launch: error: {err}", file=sys.stderr)
+    except UsageError as err:  # one line, whatever a value quoted in it holds
+        print(f"hpc.launch: error: {err}".replace("\n", "\\n").replace("\r", "\\r"), file=sys.stderr)
         return UsageError.exit_code
     except SlurmError as err:
         print(f"hpc.launch: {err}", file=sys.stderr)

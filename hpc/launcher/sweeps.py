@@ -67,10 +67,15 @@ def parse_sweep_flag(text: str) -> Axis:
     """``key=v1,v2,...`` -> Axis; one line naming the bad flag otherwise."""
     key, sep, values = text.partition("=")
     items = tuple(v.strip() for v in values.split(","))
-    if not sep or not TRAIN_ARG_KEY_RE.fullmatch(key.strip()) or not all(items):
+    if not sep or not TRAIN_ARG_KEY_RE.fullmatch(key.strip()) or not all(map(printable_value, items)):
         raise UsageError(f"invalid --sweep {text!r}: expected key=value1,value2,... "
-                         "(a trainer config key and non-empty values), e.g. learning_rate=1e-5,2e-5")
+                         "(a trainer config key and non-empty values on one line), e.g. learning_rate=1e-5,2e-5")
     return Axis(key.strip(), items)
+
+
+def printable_value(text: str) -> bool:
+    """A sweep value names runs and is shown in tables and errors: not empty, no control characters."""
+    return bool(text) and text.isprintable()
 
 
 def read_sweep_file(path: Path) -> list[Axis]:
@@ -101,9 +106,10 @@ def file_axis(path: Path, key: Any, values: Any) -> Axis:
     items = values if isinstance(values, list) else [values]
     scalars = all(v is None or isinstance(v, (str, int, float, bool)) for v in items)
     texts = tuple(yaml_text(v) for v in items) if scalars else ()
-    if not isinstance(key, str) or not TRAIN_ARG_KEY_RE.fullmatch(key) or not texts or not all(texts):
+    good = isinstance(key, str) and TRAIN_ARG_KEY_RE.fullmatch(key) and texts and all(map(printable_value, texts))
+    if not good:
         raise UsageError(f"invalid --sweep_file {str(path)!r}: entry {str(key)[:64]!r}: expected a config key with "
-                         "a non-empty list of plain values (text, numbers, true/false, null)")
+                         "a non-empty list of plain values (text on one line, numbers, true/false, null)")
     return Axis(key, texts)
 
 

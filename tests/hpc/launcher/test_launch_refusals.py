@@ -211,3 +211,15 @@ def test_a_project_that_is_not_one_folder_name_is_refused(capsys, tmp_path, proj
     assert "for config key 'project'" in refused(capsys, tmp_path, "--train_arg", f"project={project}")
     assert "for config key 'project'" in refused(capsys, tmp_path, "--train_arg", f"project={project}",
                                                  "--entrypoint", "tests.doubles.echo_workload")
+
+
+@pytest.mark.parametrize("value", ["2\n3", "2\r3", "a\tb", "\x1b[31m"])
+def test_a_sweep_value_with_a_control_character_is_refused_in_one_line(capsys, tmp_path, value):
+    assert "invalid --sweep" in refused(capsys, tmp_path, "--sweep", f"seed=1,{value}")
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"seed: [1, {value!r}]".replace("'", '"'))
+    assert "invalid --sweep_file" in refused(capsys, tmp_path, "--sweep_file", str(path))
+
+
+def test_an_error_quoting_a_value_with_a_newline_stays_one_line(capsys, tmp_path):
+    assert "\\n" in refused(capsys, tmp_path, "--train_arg", "model_name=a\nb", "--train_arg", "seed=2\n3")
