@@ -8,26 +8,15 @@ from pathlib import Path
 import pytest
 
 from hpc.errors import UsageError
-from hpc.launcher import launch, single_run
+from hpc.launcher import launch
 from hpc.launcher.clusters import load_registry
 from hpc.launcher.envfiles import MAX_REFERENCE_DEPTH
 from hpc.launcher.jobspec import PRINTED_SETTINGS, env_layers
 from hpc.launcher.managed_vars import MANAGED, OFFLINE, USER_SETTINGS
+from tests.hpc.dry_run_helpers import jsc_environment, no_sbatch  # noqa: F401 (fixtures)
 
 SECRET = "sk-live-0123456789abcdef"
 DIGIT_THREE = ["٣", "۳", "३", "３", "𝟑", "৩", "³", "๓"]  # Arabic-Indic, Persian, Devanagari, fullwidth, math bold, ...
-
-
-@pytest.fixture(autouse=True)
-def no_sbatch(monkeypatch):
-    monkeypatch.setattr(single_run.slurm, "sbatch_path", lambda: None)
-
-
-@pytest.fixture(autouse=True)
-def login_node(monkeypatch):
-    """A JSC login node's variables, so --cluster jureca runs as it would there."""
-    monkeypatch.setenv("SCRATCH", "/p/scratch/proj")
-    monkeypatch.setenv("USER", "alice")
 
 
 def refused(capsys, tmp_path: Path, *extra: str, cluster: str = "local") -> str:
