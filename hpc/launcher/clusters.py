@@ -89,8 +89,9 @@ class Registry:
             ) from None
 
     def detect(self, requested: str | None = None, hostname: str | None = None) -> Detection:
-        """Pick the cluster: --cluster, else the hostname's pattern, else `local`."""
-        if requested:
+        """Pick the cluster: --cluster (an empty one is an unknown name, not "detect"), else the
+        hostname's pattern, else `local`."""
+        if requested is not None:
             return Detection(self.get(requested), f"--cluster {requested}")
         host, source = current_hostname() if hostname is None else (hostname, "given hostname")
         for cluster in self.clusters.values():

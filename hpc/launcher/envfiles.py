@@ -10,7 +10,12 @@ Secrets (names ending in _KEY, _TOKEN, _SECRET, or containing PASSWORD or
 WEBHOOK: a webhook's URL carries its token) never go into a rendered script;
 they are written to a 0600 file the job sources at run time. A value that
 interpolates a secret is itself treated as a secret, so
-``JUDGE_URL=https://u:${API_KEY}@host`` cannot leak the key.
+``JUDGE_URL=https://u:${API_KEY}@host`` cannot leak the key. A variable whose
+value the launcher prints (RUNS_DIR, ART_PATH and the other paths, hosts and
+numbers of hpc/launcher/jobspec.py's PRINTED_SETTINGS) may not be built from a
+secret: the launch is refused (``MergedEnv.refuse_secret``), since a run directory
+named after a key would be printed by every helper. Reference chains deeper than
+MAX_REFERENCE_DEPTH are refused.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Mapping
 
 from dotenv import dotenv_values
 
+from hpc.digits import is_count
 from hpc.errors import UsageError
 from hpc.secret_names import is_secret_name
 
@@ -29,6 +35,7 @@ NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Only the braced form, as python-dotenv does: a bare "$" (say in a password) stays literal.
 _REFERENCE_RE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 REDACTED = "***"
+MAX_REFERENCE_DEPTH = 64  # ${A} -> ${B} -> ...: deeper chains are refused, not followed to a RecursionError
 
 
 @dataclass(frozen=True)
@@ -46,10 +53,17 @@ class MergedEnv:
     values: dict[str, str] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     secrets: set[str] = field(default_factory=set)
+    built_from: dict[str, str] = field(default_factory=dict)  # secret variable -> the secret name it is (built from)
 
     def public(self) -> dict[str, str]:
         """Variables that may appear in a rendered script."""
         return {k: v for k, v in self.values.items() if k not in self.secrets}
+
+    def refuse_secret(self, names: list[str]) -> None:
+        """Refuse (UsageError) when one of ``names``, whose values the launcher prints, is built from a secret."""
+        for name in names:
+            if name in self.built_from:
+                raise secret_built_error(name, self.sources[name], self.built_from[name])
 
     def secret_values(self) -> dict[str, str]:
         return {k: v for k, v in self.values.items() if k in self.secrets}
@@ -67,7 +81,7 @@ class MergedEnv:
         text = (self.values.get(name) or "").strip()
         if not text:
             return default
-        if not text.isdigit() or not low <= int(text) <= high:
+        if not is_count(text) or not low <= int(text) <= high:
             raise UsageError(f"invalid {name} {text!r}: accepted an integer {low}..{high} (default {default})")
         return int(text)
 
@@ -76,7 +90,12 @@ def read_dotenv(path: Path) -> EnvLayer:
     """A dotenv file's raw values (no interpolation yet); missing file = empty layer."""
     if not path.exists():
         return EnvLayer(str(path), {})
-    raw = dotenv_values(path, interpolate=False)
+    if not path.is_file():
+        raise UsageError(f"{path}: expected a dotenv file of KEY=VALUE lines, found something else (a folder, a device)")
+    try:
+        raw = dotenv_values(path, interpolate=False)
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text; expected a dotenv file of KEY=VALUE lines") from None
     values: dict[str, str] = {}
     for name, value in raw.items():
         if not NAME_RE.fullmatch(name):
@@ -130,47 +149,52 @@ def merge_layers(layers: list[EnvLayer], outer: Mapping[str, str]) -> MergedEnv:
     launcher's own HPC_* values); it is consulted only for references, its other
     variables are not copied into the job.
     """
-    raw: dict[str, str] = {}
-    sources: dict[str, str] = {}
-    for layer in layers:
-        for name, value in layer.values.items():
-            raw[name] = value
-            sources[name] = layer.source
+    raw, sources = _merged_raw(layers)
     resolver = _Resolver(raw, sources, outer)
     merged = MergedEnv(sources=sources)
     for name in raw:
         merged.values[name] = resolver.resolve(name)
-    merged.secrets = {name for name in raw if resolver.is_tainted(name)}
+    merged.built_from = {name: secret for name, secret in resolver.secret_of.items() if secret}
+    merged.secrets = set(merged.built_from)
     return merged
 
 
+def _merged_raw(layers: list[EnvLayer]) -> tuple[dict[str, str], dict[str, str]]:
+    raw: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for layer in layers:
+        raw.update(layer.values)
+        sources.update(dict.fromkeys(layer.values, layer.source))
+    return raw, sources
+
+
 class _Resolver:
-    """Resolves references with cycle detection and secret tainting."""
+    """Resolves references with cycle and depth limits, and notes which secret each value is built from."""
 
     def __init__(self, raw: dict[str, str], sources: dict[str, str], outer: Mapping[str, str]):
         self.raw, self.sources, self.outer = raw, sources, outer
         self.done: dict[str, str] = {}
-        self.tainted: dict[str, bool] = {}
+        self.secret_of: dict[str, str | None] = {}  # the secret a value is (built from), if any
+        self.depth: dict[str, int] = {}  # the longest chain of references below a name
 
     def resolve(self, name: str, stack: tuple[str, ...] = ()) -> str:
         if name in self.done:
             return self.done[name]
         if name in stack:
-            cycle = " -> ".join((*stack, name))
-            raise UsageError(f"circular reference in environment: {cycle}")
-        taint = is_secret_name(name)
+            raise UsageError(f"circular reference in environment: {' -> '.join((*stack, name))}")
+        secret = name if is_secret_name(name) else None
+        depth = 0
 
         def substitute(match: re.Match[str]) -> str:
-            nonlocal taint
-            ref = match.group("name")
-            default = match.group("default")
+            nonlocal secret, depth
+            ref, default = match.group("name"), match.group("default")
             # A self-reference (X=${X:-}) means "the value X has outside the dotenv files".
             if ref in self.raw and ref != name:
-                value = self.resolve(ref, (*stack, name))
-                taint = taint or self.tainted[ref]
+                value = self.resolve(ref, self._deeper(stack, name))
+                secret, depth = secret or self.secret_of[ref], max(depth, self.depth[ref] + 1)
                 return value
             if ref in self.outer:
-                taint = taint or is_secret_name(ref)
+                secret = secret or (ref if is_secret_name(ref) else None)
                 return self.outer[ref]
             if default is not None:
                 return default
@@ -180,23 +204,40 @@ class _Resolver:
             )
 
         value = _REFERENCE_RE.sub(substitute, self.raw[name])
-        self.done[name] = value
-        self.tainted[name] = taint
+        if depth > MAX_REFERENCE_DEPTH:
+            self._too_deep((*stack, name))
+        self.done[name], self.secret_of[name], self.depth[name] = value, secret, depth
         return value
 
-    def is_tainted(self, name: str) -> bool:
-        self.resolve(name)
-        return self.tainted[name]
+    def _deeper(self, stack: tuple[str, ...], name: str) -> tuple[str, ...]:
+        if len(stack) >= MAX_REFERENCE_DEPTH:
+            self._too_deep((*stack, name))
+        return (*stack, name)
+
+    def _too_deep(self, chain: tuple[str, ...]) -> None:
+        name = chain[0]
+        raise UsageError(f"{self.sources[name]}: {name} is built through a chain of more than {MAX_REFERENCE_DEPTH} "
+                         f"${{...}} references ({' -> '.join(chain[:3])} -> ...): accepted at most "
+                         f"{MAX_REFERENCE_DEPTH}")
+
+
+def secret_built_error(name: str, source: str, secret: str) -> UsageError:
+    """A variable whose value the launcher prints (a path, a host, an #SBATCH value) is built from a secret."""
+    built = "is a secret" if secret == name else f"is built from the secret {secret}"
+    return UsageError(f"{name} ({source}) {built}, but its value would be printed in paths, #SBATCH lines, "
+                      f"the job script and the dry run: set {name} without a secret (a value built from one only "
+                      "goes to the run's secrets.env)")
 
 
 def resolve_one(layers: list[EnvLayer], outer: Mapping[str, str], name: str) -> str | None:
     """Resolve a single variable before the full merge (e.g. RUNS_DIR, which the
-    full merge needs to know HPC_RUN_DIR); None when no layer sets it."""
-    raw: dict[str, str] = {}
-    sources: dict[str, str] = {}
-    for layer in layers:
-        raw.update(layer.values)
-        sources.update(dict.fromkeys(layer.values, layer.source))
+    full merge needs to know HPC_RUN_DIR); None when no layer sets it. Its value is
+    printed (a path): one built from a secret is refused."""
+    raw, sources = _merged_raw(layers)
     if name not in raw:
         return None
-    return _Resolver(raw, sources, outer).resolve(name)
+    resolver = _Resolver(raw, sources, outer)
+    value = resolver.resolve(name)
+    if resolver.secret_of[name]:
+        raise secret_built_error(name, sources[name], resolver.secret_of[name])
+    return value

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from hpc.launcher.clusters import Cluster, Detection
 from hpc.launcher.envfiles import EnvLayer, MergedEnv, merge_layers, parse_env_flags, read_dotenv, resolve_one
 from hpc.errors import UsageError
+from hpc.launcher.managed_vars import refuse_managed
 from hpc.launcher.network import Tunnel
 from hpc.job.ray_cluster import highest_port
 from hpc.run.rundir import RunDir
@@ -36,6 +37,13 @@ DEFAULT_CONFIG = "agent_008"
 CONTINUATION_MODES = ("auto", "requeue", "afterany")
 DEFAULT_RAY_JOIN_TIMEOUT = 300  # seconds; HPC_RAY_JOIN_TIMEOUT in the dotenv or --env overrides
 DEFAULT_SIGNAL_GRACE = 300  # seconds: time to finish the step in flight and save its checkpoint
+# Variables whose values the launcher writes into paths, #SBATCH and job-script lines or the dry run,
+# or the job prints (with the cluster's account variable): none may be built from a secret.
+PRINTED_SETTINGS = ("RUNS_DIR", "ART_PATH", "DATA_DIR", "HF_HOME", "HF_HUB_CACHE", "WANDB_DIR",
+                    "ART_VLLM_RUNTIME_CACHE_DIR", "ART_VLLM_RUNTIME_BIN", "TUNNEL_HOST", "TUNNEL_PORT",
+                    "TUNNEL_SSH_OPTS", "TUNNEL_TIMEOUT", "JUDGE_SERVE_MODEL", "JUDGE_SERVE_GPUS", "JUDGE_SERVE_PORT",
+                    "JUDGE_SERVE_MAX_MODEL_LEN", "JUDGE_SERVE_MAX_OUTPUT_TOKENS", "JUDGE_SERVE_TIMEOUT",
+                    "HPC_RAY_JOIN_TIMEOUT")
 
 # '=' and '+' appear in sweep runs' names (lr_sweep.learning_rate=2e-5.seed=1; hpc/launcher/sweeps.py).
 JOB_NAME_RE = re.compile(r"[A-Za-z0-9._=+-]{1,64}")
@@ -231,67 +239,6 @@ def check_mem(value: str | None) -> str | None:
     return value
 
 
-# sbatch options the launcher or job control sets itself: an --sbatch_arg may not undo them.
-# Long name -> (short form, what to use instead).
-MANAGED_SBATCH_OPTIONS = {
-    "time": ("t", "--time_limit"),
-    "job-name": ("J", "--job_name"),
-    "nodes": ("N", "--num_nodes"),
-    "gres": (None, "--gpus_per_node"),
-    "gpus": ("G", "--gpus_per_node"),
-    "gpus-per-node": (None, "--gpus_per_node"),
-    "cpus-per-task": ("c", "--cpus_per_task"),
-    "ntasks-per-node": (None, "nothing: one task per node runs the job script"),
-    "partition": ("p", "--partition"),
-    "account": ("A", "--account"),
-    "qos": ("q", "--qos"),
-    "mem": (None, "--mem"),
-    "constraint": ("C", "--constraint"),
-    "output": ("o", "nothing: the logs go to <run dir>/logs, where every helper looks"),
-    "error": ("e", "nothing: the logs go to <run dir>/logs, where every helper looks"),
-    "open-mode": (None, "nothing: logs are appended across requeues"),
-    "signal": (None, "--signal_grace"),
-    "dependency": ("d", "--chain, or nothing: job control chains the run's jobs"),
-    "array": ("a", "one launch per run (array jobs would share one run directory)"),
-    "requeue": (None, "--continuation"),
-    "no-requeue": (None, "--continuation"),
-}
-_SHORT = {short: long for long, (short, _) in MANAGED_SBATCH_OPTIONS.items() if short}
-
-
-def check_sbatch_args(lines: list[str]) -> list[str]:
-    for line in lines:
-        if not line.startswith("-") or any(ch in line for ch in "\r\n\0"):
-            raise UsageError(
-                f"invalid --sbatch_arg {line!r}: expected one sbatch option such as --mail-type=END "
-                "(starting with '-', on one line)"
-            )
-        managed = managed_option(line)
-        if managed:
-            word = line.split()[0].split("=")[0]
-            raise UsageError(f"--sbatch_arg {word if word.startswith('--') else word[:2]!r} is set by the launcher; use "
-                             f"{MANAGED_SBATCH_OPTIONS[managed][1]} instead")
-    return lines
-
-
-def managed_option(line: str) -> str | None:
-    """The long name of a launcher-managed sbatch option ``line`` sets, if any
-    (``--time=1``, ``--time 1``, ``-t 1``, ``-t1``, and unambiguous prefixes like ``--tim``)."""
-    word = line.split()[0]
-    if word.startswith("--"):
-        name = word[2:].split("=")[0]
-        return next((long for long in MANAGED_SBATCH_OPTIONS if long == name), None) or _prefix_of(name)
-    return _SHORT.get(word[1:2])
-
-
-def _prefix_of(name: str) -> str | None:
-    """sbatch accepts unambiguous abbreviations of long options (getopt_long)."""
-    if len(name) < 3:
-        return None
-    matches = [long for long in MANAGED_SBATCH_OPTIONS if long.startswith(name)]
-    return matches[0] if len(matches) == 1 else None
-
-
 def check_entrypoint(module: str) -> str:
     if not MODULE_RE.fullmatch(module):
         raise UsageError(f"invalid --entrypoint {module!r}: expected a Python module name such as trainer.train")
@@ -330,13 +277,17 @@ def check_log_path(runs_dir: Path) -> Path:
 
 
 def env_layers(cluster: Cluster, env_flags: list[str], repo_dir: Path = REPO_DIR) -> list[EnvLayer]:
-    """The dotenv layers in merge order (later wins)."""
-    return [
-        read_dotenv(repo_dir / "dotenv" / "common.env"),
-        read_dotenv(repo_dir / "dotenv" / cluster.dotenv),
-        read_dotenv(repo_dir / ".env"),
-        parse_env_flags(env_flags),
-    ]
+    """The dotenv layers in merge order (later wins). The user's (.env, --env) may not set what
+    the launcher, the job script or Slurm set (hpc/launcher/managed_vars.py)."""
+    users = [read_dotenv(repo_dir / ".env"), parse_env_flags(env_flags)]
+    for layer in users:
+        refuse_managed(layer, cluster.name, cluster.internet)
+    return [read_dotenv(repo_dir / "dotenv" / "common.env"), read_dotenv(repo_dir / "dotenv" / cluster.dotenv), *users]
+
+
+def refuse_printed_secrets(env: MergedEnv, cluster: Cluster) -> None:
+    """The variables whose values the launcher prints may not be built from a secret (UsageError)."""
+    env.refuse_secret([*PRINTED_SETTINGS, cluster.account_var])
 
 
 def outer_env(cluster: Cluster, job_name: str | None = None) -> dict[str, str]:

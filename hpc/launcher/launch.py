@@ -17,6 +17,7 @@ import sys
 
 from hpc.launcher.clusters import Registry, load_registry
 from hpc.launcher import queue_preflight
+from hpc.digits import ascii_int
 from hpc.errors import UsageError
 from hpc.launcher.jobspec import (
     CONTINUATION_MODES,
@@ -29,6 +30,15 @@ from hpc.launcher.single_run import checked_script, print_preview, spec_from_arg
 from hpc.run.rundir import SweepDir
 from hpc.launcher import submit as slurm
 from hpc.launcher.submit import SlurmError
+
+
+def integer(text: str) -> int:
+    """argparse's type for whole-number flags: digits 0-9 only (hpc/digits.py), so `--num_nodes ٣` is refused."""
+    try:
+        return ascii_int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number in digits 0-9, got {text!r}") from None
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but errors are one line and exit code 2."""
@@ -76,20 +86,20 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("--partition", default=None, help="Slurm partition; default: the cluster's")
     res.add_argument("--account", default=None, help="account/budget; default: the cluster's account variable from dotenv")
     res.add_argument("--qos", default=None, help="Slurm QOS; default: none (Slurm uses the account's default)")
-    res.add_argument("--num_nodes", type=int, default=1, help="nodes; more than 1 starts a Ray cluster across them")
-    res.add_argument("--gpus_per_node", type=int, default=None,
+    res.add_argument("--num_nodes", type=integer, default=1, help="nodes; more than 1 starts a Ray cluster across them")
+    res.add_argument("--gpus_per_node", type=integer, default=None,
                      help="GPUs per node, at most the cluster's; default: what the config's gpu_mode needs "
                           "(1 shared, 2 dedicated)")
-    res.add_argument("--cpus_per_task", type=int, default=None, help="CPUs for the training task; default: the cluster's")
+    res.add_argument("--cpus_per_task", type=integer, default=None, help="CPUs for the training task; default: the cluster's")
     res.add_argument("--mem", default=None, help="memory per node, e.g. 200G; default: Slurm's")
     res.add_argument("--constraint", default=None, help="Slurm node constraint; default: none")
     res.add_argument("--sbatch_arg", action="append", default=[], metavar="OPTION",
                      help="extra raw #SBATCH line, e.g. --mail-type=END (repeatable; default: none)")
-    res.add_argument("--ray_port", type=int, default=None, help="Ray head port for multi-node jobs; default: the cluster's")
+    res.add_argument("--ray_port", type=integer, default=None, help="Ray head port for multi-node jobs; default: the cluster's")
     res.add_argument("--judge_serve", default=None, metavar="MODEL",
                      help="serve this open model as the judge inside the job, on the node's spare GPUs "
                           "(clusters without a judge API); default: JUDGE_SERVE_MODEL from dotenv, else none")
-    res.add_argument("--judge_gpus", type=int, default=None,
+    res.add_argument("--judge_gpus", type=integer, default=None,
                      help="GPUs of the served judge; default: JUDGE_SERVE_GPUS from dotenv, else 1")
     sweep = p.add_argument_group("sweeps (one run per combination; hpc/launcher/sweeps.py)")
     sweep.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,...",
@@ -106,14 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="environment variable for the job; wins over dotenv files (repeatable; default: none)")
     work.add_argument("--entrypoint", default=DEFAULT_ENTRYPOINT, help="Python module the job runs with -m")
     cont = p.add_argument_group("continuation (resubmission with resume)")
-    cont.add_argument("--signal_grace", type=int, default=None,
+    cont.add_argument("--signal_grace", type=integer, default=None,
                       help="seconds before the time limit at which the job is told (USR1) to stop and save; "
                            f"default: {DEFAULT_SIGNAL_GRACE}, or a quarter of the time limit when that is shorter")
     cont.add_argument("--continuation", choices=CONTINUATION_MODES, default="auto",
                       help="how a job continues the run: auto = requeue where the cluster allows it, else afterany resubmission")
-    cont.add_argument("--max_resubmits", type=int, default=20, help="most continuations of a run")
-    cont.add_argument("--max_failures", type=int, default=2, help="failed jobs without progress before the run is marked failed")
-    cont.add_argument("--chain", type=int, default=None, metavar="N",
+    cont.add_argument("--max_resubmits", type=integer, default=20, help="most continuations of a run")
+    cont.add_argument("--max_failures", type=integer, default=2, help="failed jobs without progress before the run is marked failed")
+    cont.add_argument("--chain", type=integer, default=None, metavar="N",
                       help="pre-submit N jobs linked by afterany (for clusters where jobs may not submit jobs)")
     cont.add_argument("--restart", action="store_true",
                       help="start a new run: move the old run directory and checkpoints aside first")
@@ -190,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         if preflight_refuses(args, spec):
             return 1
         return submit_run(spec, script, argv, args.restart)
-    except UsageError as err:
-        print(f"hpc.launch: error: {err}", file=sys.stderr)
+    except UsageError as err:  # one line, whatever a value quoted in it holds
+        print(f"hpc.launch: error: {err}".replace("\n", "\\n").replace("\r", "\\r"), file=sys.stderr)
         return UsageError.exit_code
     except SlurmError as err:
         print(f"hpc.launch: {err}", file=sys.stderr)

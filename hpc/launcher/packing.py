@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence, TypeVar
 
 from hpc.launcher.clusters import Cluster, Registry
+from hpc.digits import is_count
 from hpc.errors import UsageError
 
 T = TypeVar("T")
@@ -59,7 +60,7 @@ def parse_pack(text: str) -> int | str:
     """``auto``, ``off`` or a positive number of runs per job."""
     if text in PACK_WORDS:
         return text
-    if text.isdigit() and int(text) >= 1:
+    if is_count(text) and int(text) >= 1:
         return int(text)
     raise UsageError(f"invalid --pack {text!r}: accepted auto, off, or a number of runs per job (1 or more)")
 

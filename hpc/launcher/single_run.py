@@ -33,13 +33,13 @@ from hpc.launcher.jobspec import (
     check_range,
     check_ray_join_timeout,
     check_ray_port,
-    check_sbatch_args,
     check_slurm_word,
     check_time_limit,
     check_train_args,
     default_signal_grace,
     env_layers,
     outer_env,
+    refuse_printed_secrets,
     resolve_runs_dir,
     trainer_config,
 )
@@ -47,6 +47,7 @@ from hpc.launcher.gpus import plan_gpus
 from hpc.launcher.judge_serve import JudgeServe, judge_serve
 from hpc.launcher.network import tunnel_for
 from hpc.launcher.render import render
+from hpc.launcher.sbatch_options import check_sbatch_args
 from hpc.run.rundir import RunDir
 from hpc.launcher import submit as slurm
 from hpc.launcher.timelimit import parse_time_limit
@@ -124,6 +125,7 @@ def job_env(args: argparse.Namespace, layers: list[EnvLayer], outer: dict[str, s
             num_nodes: int) -> tuple[MergedEnv, JudgeServe | None]:
     """The merged environment, with a served judge's address when the job serves one."""
     env = merge_layers(layers, outer)
+    refuse_printed_secrets(env, cluster)  # before any of their values is read, checked or shown
     judge = judge_serve(args.judge_serve, args.judge_gpus, env, cluster.gpus_per_node)
     if judge is None:
         return env, None

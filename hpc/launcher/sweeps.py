@@ -33,6 +33,7 @@ from hpc.errors import UsageError
 from hpc.launcher.jobspec import JOB_NAME_RE, TRAIN_ARG_KEY_RE
 
 MAX_RUNS = 256  # a typo like --sweep seed=1,...,1000 should not submit a thousand jobs
+MAX_FILE_BYTES = 1 << 20  # --sweep_file: a sweep is a few lines
 VALUE_RE = re.compile(r"[A-Za-z0-9._+-]+")  # what may appear of a value in a run name
 
 
@@ -66,17 +67,22 @@ def parse_sweep_flag(text: str) -> Axis:
     """``key=v1,v2,...`` -> Axis; one line naming the bad flag otherwise."""
     key, sep, values = text.partition("=")
     items = tuple(v.strip() for v in values.split(","))
-    if not sep or not TRAIN_ARG_KEY_RE.fullmatch(key.strip()) or not all(items):
+    if not sep or not TRAIN_ARG_KEY_RE.fullmatch(key.strip()) or not all(map(printable_value, items)):
         raise UsageError(f"invalid --sweep {text!r}: expected key=value1,value2,... "
-                         "(a trainer config key and non-empty values), e.g. learning_rate=1e-5,2e-5")
+                         "(a trainer config key and non-empty values on one line), e.g. learning_rate=1e-5,2e-5")
     return Axis(key.strip(), items)
+
+
+def printable_value(text: str) -> bool:
+    """A sweep value names runs and is shown in tables and errors: not empty, no control characters."""
+    return bool(text) and text.isprintable()
 
 
 def read_sweep_file(path: Path) -> list[Axis]:
     """A YAML mapping of key -> list of values (a scalar is one value)."""
     try:
-        data = yamlfile.load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
+        data = yamlfile.load(sweep_text(path))
+    except (OSError, yaml.YAMLError, RecursionError) as error:
         raise UsageError(f"invalid --sweep_file {str(path)!r}: {one_line(error)}") from None
     if not isinstance(data, dict) or not data:
         raise UsageError(f"invalid --sweep_file {str(path)!r}: expected a mapping of config key to a list of "
@@ -84,12 +90,26 @@ def read_sweep_file(path: Path) -> list[Axis]:
     return [file_axis(path, key, values) for key, values in data.items()]
 
 
+def sweep_text(path: Path) -> str:
+    """The file's text: a regular file of UTF-8 text, at most MAX_FILE_BYTES (not /dev/zero, not a binary)."""
+    if not path.is_file():
+        raise OSError(f"not a file{'' if path.exists() else ' (no such file)'}")
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise OSError(f"larger than {MAX_FILE_BYTES} bytes: a sweep is a short mapping of keys to values")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise OSError("not UTF-8 text; expected a YAML mapping of config key to values") from None
+
+
 def file_axis(path: Path, key: Any, values: Any) -> Axis:
     items = values if isinstance(values, list) else [values]
-    texts = tuple(yaml_text(v) for v in items)
-    if not isinstance(key, str) or not TRAIN_ARG_KEY_RE.fullmatch(key) or not texts or not all(texts):
-        raise UsageError(f"invalid --sweep_file {str(path)!r}: entry {key!r}: expected a config key with a "
-                         "non-empty list of values")
+    scalars = all(v is None or isinstance(v, (str, int, float, bool)) for v in items)
+    texts = tuple(yaml_text(v) for v in items) if scalars else ()
+    good = isinstance(key, str) and TRAIN_ARG_KEY_RE.fullmatch(key) and texts and all(map(printable_value, texts))
+    if not good:
+        raise UsageError(f"invalid --sweep_file {str(path)!r}: entry {str(key)[:64]!r}: expected a config key with "
+                         "a non-empty list of plain values (text on one line, numbers, true/false, null)")
     return Axis(key, texts)
 
 

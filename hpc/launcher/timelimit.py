@@ -2,8 +2,9 @@
 
 Slurm accepts "minutes", "minutes:seconds", "hours:minutes:seconds",
 "days-hours", "days-hours:minutes" and "days-hours:minutes:seconds".
-We keep whole minutes (rounding seconds up, as Slurm does) because that is
-the unit Slurm enforces limits in.
+Digits are ASCII only (hpc/digits.py): sbatch reads no other. We keep whole
+minutes (rounding seconds up, as Slurm does) because that is the unit Slurm
+enforces limits in.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from hpc.errors import UsageError
 ACCEPTED = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 
 _PATTERNS = (
-    (re.compile(r"(?P<m>\d+)"), "m"),
-    (re.compile(r"(?P<m>\d+):(?P<s>\d+)"), "m:s"),
-    (re.compile(r"(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)"), "h:m:s"),
-    (re.compile(r"(?P<d>\d+)-(?P<h>\d+)"), "d-h"),
-    (re.compile(r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+)"), "d-h:m"),
-    (re.compile(r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)"), "d-h:m:s"),
+    (re.compile(r"(?P<m>[0-9]+)"), "m"),
+    (re.compile(r"(?P<m>[0-9]+):(?P<s>[0-9]+)"), "m:s"),
+    (re.compile(r"(?P<h>[0-9]+):(?P<m>[0-9]+):(?P<s>[0-9]+)"), "h:m:s"),
+    (re.compile(r"(?P<d>[0-9]+)-(?P<h>[0-9]+)"), "d-h"),
+    (re.compile(r"(?P<d>[0-9]+)-(?P<h>[0-9]+):(?P<m>[0-9]+)"), "d-h:m"),
+    (re.compile(r"(?P<d>[0-9]+)-(?P<h>[0-9]+):(?P<m>[0-9]+):(?P<s>[0-9]+)"), "d-h:m:s"),
 )
 
 
@@ -41,7 +42,7 @@ def parse_time_limit(text: str) -> int:
             if minutes <= 0:
                 break
             return minutes
-    raise UsageError(f"invalid time limit {text!r}: expected a positive Slurm time ({ACCEPTED})")
+    raise UsageError(f"invalid time limit {text!r}: expected a positive Slurm time in digits 0-9 ({ACCEPTED})")
 
 
 def format_minutes(minutes: int) -> str:

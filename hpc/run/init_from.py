@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints, step_dir
+from hpc.digits import is_count
 from hpc.errors import UsageError
 from hpc.run.rundir import RunDir, utc_now
 
@@ -38,7 +39,7 @@ class Source:
 def parse(text: str) -> tuple[str, int | None]:
     """``NAME`` or ``NAME:STEP`` -> (NAME, STEP or None for the latest complete one)."""
     name, sep, step = text.partition(":")
-    if not name or (sep and not step.isdigit()):
+    if not name or (sep and not is_count(step)):
         raise UsageError(f"invalid --init_from {text!r}: expected RUN or RUN:STEP, e.g. agent_008:42")
     return name, int(step) if sep else None
 

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import yaml
 
 from hpc import yamlfile
+from hpc.digits import ascii_float, ascii_int
 from hpc.job.deadline import DEFAULT_SETTINGS as DEFAULT_BOUNDARY
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -135,12 +136,16 @@ def vllm_share(config: "TrainerConfig", gpu_mode: str) -> float:
     return config.gpu_memory_utilization or VLLM_SHARE[gpu_mode]
 
 
+FOLDER_NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
+
 # Value checks beyond the type: (predicate, what is accepted).
 Check = tuple[Callable[[Any], bool], str]
 _POSITIVE: Check = (lambda v: v >= 1, "an integer >= 1")
 _NON_NEGATIVE: Check = (lambda v: v >= 0, "an integer >= 0")
 CHECKS: dict[str, Check] = {
-    "project": (lambda v: bool(v.strip()), "a non-empty name"),
+    # A folder under ART_PATH (<project>/models/<run>): never a path out of it (/etc, ../..).
+    "project": (lambda v: bool(FOLDER_NAME_RE.fullmatch(v)) and v not in (".", ".."),
+                "a folder name of letters, digits and . _ - (not '.' or '..')"),
     "model_name": (lambda v: bool(v.strip()), "a non-empty name"),
     "base_model": (lambda v: bool(v.strip()), "a Hugging Face model id"),
     "backend": (lambda v: bool(BACKEND_RE.fullmatch(v)), "'local' or an import path 'package.module:ClassName'"),
@@ -303,7 +308,7 @@ def to_int(value: Any) -> int:
     if isinstance(value, int):
         return value
     if isinstance(value, str):
-        return int(value.strip())
+        return ascii_int(value)
     raise ValueError(value)
 
 
@@ -311,7 +316,7 @@ def to_float(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError(value)
     if isinstance(value, (int, float, str)):
-        number = float(value.strip() if isinstance(value, str) else value)
+        number = ascii_float(value) if isinstance(value, str) else float(value)
         if math.isfinite(number):
             return number
     raise ValueError(value)

@@ -20,7 +20,8 @@ def test_every_slurm_time_format_is_parsed_to_minutes(text, minutes):
     assert parse_time_limit(text) == minutes
 
 
-@pytest.mark.parametrize("text", ["", "0", "00:00:00", "abc", "1:2:3:4", "-5", "1-", "48h", "1.5"])
+@pytest.mark.parametrize("text", ["", "0", "00:00:00", "abc", "1:2:3:4", "-5", "1-", "48h", "1.5",
+                                  "٣", "３０", "1-٠٢", "４８:00:00", "1_0", "𝟑𝟎"])  # digits sbatch cannot read
 def test_invalid_time_limit_names_the_value_and_the_accepted_formats(text):
     with pytest.raises(UsageError) as err:
         parse_time_limit(text)
