@@ -8,6 +8,10 @@ import shutil
 import socket
 import subprocess
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -30,13 +34,27 @@ def require_openssh() -> None:
         pytest.skip(message)
 
 
-@pytest.fixture
-def local_sshd(tmp_path):
-    """An sshd of our own on 127.0.0.1, accepting one key, logging the
-    forwarded connections; yields (port, key path, log path)."""
+@dataclass(frozen=True)
+class Sshd:
+    """A running sshd: its port, the one key it accepts (``user``), its log and folder."""
+
+    port: int
+    key: Path
+    log: Path
+    folder: Path
+
+    def logins(self) -> int:
+        """Logins it accepted so far (one per authentication, however many commands follow)."""
+        return self.log.read_text().count("Accepted publickey")
+
+
+@contextmanager
+def running_sshd(folder: Path, extra_config: str = "") -> Iterator[Sshd]:
+    """An sshd of our own on 127.0.0.1 in ``folder``, accepting one key, logging every login
+    and forwarded connection; ``extra_config``: more sshd_config lines (e.g. SetEnv)."""
     require_openssh()
-    d = tmp_path / "sshd"
-    d.mkdir()
+    d = folder
+    d.mkdir(parents=True)
     for name in ("host", "user"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
     shutil.copy(d / "user.pub", d / "authorized_keys")
@@ -44,7 +62,7 @@ def local_sshd(tmp_path):
     (d / "sshd_config").write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
         f"PidFile {d / 'sshd.pid'}\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "UsePAM no\nAllowTcpForwarding yes\nLogLevel DEBUG1\n"
+        f"UsePAM no\nAllowTcpForwarding yes\nLogLevel DEBUG1\n{extra_config}"
     )
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
@@ -60,6 +78,16 @@ def local_sshd(tmp_path):
                 proc.kill()
                 pytest.fail(f"sshd did not start: {log.read_text() if log.exists() else '(no log)'}")
             time.sleep(0.1)
-    yield port, d / "user", log
-    proc.terminate()
-    proc.wait(timeout=10)
+    try:
+        yield Sshd(port, d / "user", log, d)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def local_sshd(tmp_path):
+    """An sshd of our own on 127.0.0.1, accepting one key, logging the
+    forwarded connections; yields (port, key path, log path)."""
+    with running_sshd(tmp_path / "sshd") as sshd:
+        yield sshd.port, sshd.key, sshd.log
