@@ -57,7 +57,8 @@ def fetch(conn: Connection, remote_dir: str, report: str) -> bytes:
     done = subprocess.run(conn.command(FETCH, remote_dir, report), capture_output=True)
     conn.lost(done.returncode)
     if done.returncode != 0:
-        raise RemoteError(f"cannot bring the report back from {conn.dest} ({last_line(done.stderr.decode(errors='replace'))})")
+        why = last_line(done.stderr.decode(errors="replace"))
+        raise RemoteError(f"cannot bring the report back from {conn.dest} ({why})")
     return done.stdout
 
 

@@ -68,7 +68,7 @@ got=$(cd "$tmp" && find . ! -type d | wc -l)
 rm -f "{MARKER}"
 (cd "$tmp" && find . ! -type d) | LC_ALL=C sort > "$m/files.new"
 if [ -f "{FILES}" ]; then
-  LC_ALL=C comm -23 "{FILES}" "$m/files.new" | while IFS= read -r f; do rm -f "$f"; done
+  LC_ALL=C comm -23 "{FILES}" "$m/files.new" | while IFS= read -r f; do rm -f "$f" || true; done
 fi
 (cd "$tmp" && find . ! -type d | tar -cf - -T -) | tar -xf -  # files only: the folder keeps its mode
 mv "$m/files.new" "{FILES}"
