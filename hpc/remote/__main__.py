@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from hpc.errors import UsageError
+from hpc.remote.commands import COMMANDS, run_command
 from hpc.remote.options import HELP, checked_dest
 from hpc.remote.ssh import Connection, RemoteError
 
@@ -31,10 +32,8 @@ def connection_command(action: str, dest: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from hpc.remote.commands import COMMANDS, run_command
-
     if argv[:1] == ["help"]:
-        print(HELP.strip("\n"))
+        print(HELP, end="")
         return 0
     if len(argv) >= 2 and argv[0] == "run" and argv[1] in COMMANDS:
         return run_command(argv[1], argv[2:])

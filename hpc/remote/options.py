@@ -27,9 +27,12 @@ remote (run this command on a cluster's login node from here, over SSH; docs/rem
                         kept open for later commands (python -m hpc.remote close DEST ends it)
   --remote_dir DIR      the project's checkout there, which this command keeps in sync with
                         your committed tree (never .venv, runs/, data/ or .env; `bash setup.sh`
-                        runs there on first use); default: ${DIR_VARIABLE}, else {DEFAULT_DIR}
+                        runs there on first use); default: ${DIR_VARIABLE}, else
+                        {DEFAULT_DIR}
   {SWITCH}  also sync your uncommitted changes (the ledger records HEAD-dirty);
                         without it a checkout with uncommitted changes is refused
+  --out DIR             hpc.report only: where report.md and its pictures come back here
+                        (default: RUN-report in the current folder)
   extra ssh options: {SSH_OPTS_VARIABLE}, e.g. "-o ConnectTimeout=20 -J gateway"
 """
 
@@ -77,7 +80,7 @@ def next_value(args: Iterator[str], flag: str) -> str:
     value = next(args, None)
     if value is None:
         accepted = {"--remote": DEST_ACCEPTED, "--remote_dir": DIR_ACCEPTED}.get(flag, "a folder here")
-        raise UsageError(f"{flag} needs a value ({accepted})")
+        raise UsageError(f"{flag} needs a value (accepted: {accepted})")
     return value
 
 
