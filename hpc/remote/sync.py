@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from hpc.remote.options import DEFAULT_DIR
+from hpc.remote.options import DEFAULT_DIR, printable
 from hpc.remote.ssh import Connection, RemoteError
 from hpc.synced_checkout import FILES, FOLDER, KEPT, MARKER, SETUP
 
@@ -195,8 +195,9 @@ def refuse_foreign(conn: Connection, remote_dir: str, state: RemoteState) -> Non
     if state.kind == "notdir":
         raise RemoteError(f"{where} is a file, not a folder: pass a new or empty folder (default {DEFAULT_DIR})", 2)
     if state.kind == "foreign":
-        raise RemoteError(f"{where} is not a checkout that --remote keeps (it holds '{state.foreign_name}' and no "
-                          f"{FOLDER}/): pass a new or empty folder (default {DEFAULT_DIR})", 2)
+        name = printable(state.foreign_name)  # a file name there may hold a newline
+        raise RemoteError(f"{where} is not a checkout that --remote keeps (it holds '{name}' and no {FOLDER}/): "
+                          f"pass a new or empty folder (default {DEFAULT_DIR})", 2)
 
 
 def push(conn: Connection, remote_dir: str, local: LocalTree) -> None:
