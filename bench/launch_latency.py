@@ -11,8 +11,9 @@ Then a real launch (a submission, to an ``sbatch`` stand-in on PATH that prints
 a job id) with the login-side preflight before the queue (hpc/launcher/queue_preflight.py:
 the trainer's checks in a child process, passing here: the fixture data staged
 by ``trainer.data prepare``, the test double's backend, the judge a local
-OpenAI-compatible stand-in answering its one request: litellm's import is most of it) against
-the same launch with ``--no_preflight``: what the preflight costs a launch.
+OpenAI-compatible stand-in answering its one request with a plain HTTP POST) against the same
+launch with ``--no_preflight``: what the preflight costs a launch. Target: it adds under 1 s
+(3.9 s median when the judge check imported litellm).
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ def main() -> int:
     print(f"launch (submit) --no_preflight:      median {unchecked * 1000:7.1f} ms over {args.submit_runs} runs")
     print(f"added by the preflight:              {(checked - unchecked) * 1000:.1f} ms "
           f"({checked / unchecked:.1f}x)")
-    return 0 if launcher < 0.3 and not heavy else 1
+    print(f"target (preflight adds < 1000 ms):   {'met' if checked - unchecked < 1 else 'NOT met'}")
+    return 0 if launcher < 0.3 and not heavy and checked - unchecked < 1 else 1
 
 
 if __name__ == "__main__":

@@ -4,5 +4,7 @@ Users' commands, the README and the docs keep pointing here (issue 18 moved the 
 the folder that says where it runs); this module runs the moved one.
 """
 from hpc.forwarding import forward
+from hpc.remote.intercept import run_remotely_if_asked
 
+run_remotely_if_asked(__name__, "hpc.accounting")  # --remote DEST: on a cluster's login node instead (docs/remote.md)
 forward(__name__, "hpc.run.accounting")

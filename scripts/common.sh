@@ -110,6 +110,31 @@ hpc_monitor() {
   HPC_PROG=$(hpc_prog) "$python" -I "$HPC_SCRIPTS_DIR/monitor.py" "$@"
 }
 
+# --- --remote DEST: the helper on a cluster's login node, over SSH ----------------
+
+# First in a helper's main: hpc_remote_intercept USAGE_FN "$@". With --remote among the
+# arguments, the helper runs on that login node instead (python -m hpc.remote run: the
+# same hook as the Python commands', hpc/remote/) and this exits with its exit code; with
+# -h, the remote flags follow the helper's usage. Otherwise it returns.
+hpc_remote_intercept() {
+  local usage_fn=$1 arg python help=0
+  shift
+  for arg in "$@"; do
+    case $arg in
+      --remote | --remote=*)
+        python=$(hpc_python) || exit 1
+        PYTHONPATH="$HPC_REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" exec "$python" -m hpc.remote run "scripts/$(hpc_prog)" "$@" ;;
+      -h | --help) help=1 ;;
+    esac
+  done
+  if ((help)); then
+    "$usage_fn"
+    python=$(hpc_python) || exit 1
+    PYTHONPATH="$HPC_REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" "$python" -m hpc.remote help
+    exit 0
+  fi
+}
+
 # --- run directories ----------------------------------------------------------
 
 # --runs_dir DIR if given, else the launcher's own default, worked out by the

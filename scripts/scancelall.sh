@@ -46,6 +46,7 @@ cancel_jobs() {
 }
 
 main() {
+  hpc_remote_intercept usage "$@"  # --remote DEST: on a cluster's login node instead (docs/remote.md)
   local prefix="" yes=0 user answer which=""
   local -a ids=() lines=()
   while (($#)); do

@@ -74,6 +74,7 @@ watch_loop() {
 }
 
 main() {
+  hpc_remote_intercept usage "$@"  # --remote DEST: on a cluster's login node instead (docs/remote.md)
   local run="" run_given=0 watch="" count="" runs_dir=""
   while (($#)); do
     case $1 in

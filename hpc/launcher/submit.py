@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc.errors import UsageError
+from hpc.synced_checkout import synced_commit
 
 NO_SLURM = (
     "no Slurm found: 'sbatch' is not on the PATH. Preview with --dry_run, or start the "
@@ -101,7 +102,11 @@ def active_jobs(job_ids: list[str]) -> dict[str, str]:
 
 
 def git_commit(repo: Path) -> str | None:
-    """HEAD of the repo, with '-dirty' when the work tree has changes; None outside git."""
+    """HEAD of the repo, with '-dirty' when the work tree has changes; in a checkout synced by
+    ``--remote`` (no .git), the laptop's HEAD it was synced from; None outside git."""
+    synced = synced_commit(repo)
+    if synced is not None:
+        return synced
     try:
         head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"],
                               capture_output=True, text=True, timeout=10)

@@ -65,7 +65,10 @@ def plot_timeline(acc: RunAccounting, path: Path) -> None:
 
 
 def draw_job(axis: Any, row: int, job: JobRun, origin: datetime, size: float) -> None:
-    """A job run's segments, and what it cost at the bar's end."""
+    """A job run's segments, and what it cost at the bar's end; a job run with no time to show (a
+    successor cancelled the second it was queued) keeps its row, empty."""
+    if not job.segments:
+        return
     for kind in KINDS:
         spans = [((s.start - origin).total_seconds() / size, s.seconds / size) for s in job.segments if s.kind == kind]
         if spans:  # a thin white line between steps, where there are few enough to see

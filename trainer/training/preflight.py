@@ -22,8 +22,9 @@ filesystems the run directory, the model folder and WANDB_DIR are writable,
 wandb      with WANDB_API_KEY: offline nodes log offline; online mode reaches
            W&B and the key is accepted
 judge      every judge the config uses (answer judge, RULER's) answers one
-           tiny request through litellm, as the job reaches it (through the
-           tunnel's proxy variables where there is one)
+           tiny request, as the job reaches it (through the tunnel's proxy
+           variables where there is one): an OpenAI-compatible JUDGE_API_BASE
+           with one HTTP POST, a provider's model through litellm
 ========== =================================================================
 
 Each check gives a :class:`Check`: ok, a one-line message, the fix, and
@@ -42,7 +43,8 @@ judge reached from the login node, and a list of what only the job can check.
 
 Config keys: ``preflight`` (off: no checks), ``preflight_judge`` (off: no
 judge request), ``preflight_min_free_gb``, ``preflight_timeout``. Stdlib at
-import; litellm (the judge) and httpx (W&B) are imported by their checks only.
+import; httpx (W&B; a judge through the tunnel's proxy) and litellm (a provider's judge) are
+imported by their checks only: litellm's import alone took ~3.5 s of every launch's preflight.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -453,7 +456,80 @@ def judge_label(ctx: Context, target: JudgeTarget) -> str:
 
 
 def ask_judge(ctx: Context, target: JudgeTarget) -> Check:
-    """One request of a few tokens through litellm, as trainer.agent.judge calls it; no retries."""
+    """One request of a few tokens, as trainer.agent.judge makes it; no retries. An OpenAI-compatible
+    server (JUDGE_API_BASE) is asked with a plain HTTP POST; litellm only where it must route."""
+    if target.api_base is not None:
+        checked = ask_openai_compatible(ctx, target)
+        if checked is not None:
+            return checked
+    return ask_through_litellm(ctx, target)
+
+
+def ask_openai_compatible(ctx: Context, target: JudgeTarget) -> Check | None:
+    """POST {JUDGE_API_BASE}/chat/completions as litellm's OpenAI route sends it. None when the
+    server refuses a model name with a ``prefix/``, which litellm might route to another
+    provider's protocol: litellm then decides."""
+    label = judge_label(ctx, target)
+    model = target.model.removeprefix("openai/")
+    request = {"model": model, "messages": [{"role": "user", "content": JUDGE_PING}], "max_tokens": 8,
+               "temperature": 0}
+    began = time.monotonic()
+    try:
+        status, text = post_json(ctx, f"{target.api_base.rstrip('/')}/chat/completions", request,
+                                 {"Authorization": f"Bearer {target.api_key or 'EMPTY'}"})
+    except OSError as error:
+        return judge_failure(ctx, label, None, str(error))
+    body = json_object(text)
+    if status in (400, 404) and "/" in model:
+        return None
+    if 200 <= status < 300 and "choices" in body:
+        return passed("judge", f"{label} answered in {time.monotonic() - began:.1f}s")
+    return judge_failure(ctx, label, status, http_detail(body, text))
+
+
+def post_json(ctx: Context, url: str, body: dict, headers: dict[str, str]) -> tuple[int, str]:
+    """One POST: its status and text (OSError when nothing answered). Through a proxy variable (the
+    tunnel's socks5h://) with httpx, which speaks SOCKS as the judge's own client does; else with
+    urllib, which costs no import (httpx's takes a noticeable part of a second)."""
+    if any(ctx.env.get(name) for name in PROXY_VARIABLES):
+        import httpx
+
+        try:
+            answer = httpx.post(url, json=body, headers=headers, timeout=ctx.timeout)
+        except httpx.HTTPError as error:
+            raise OSError(f"{type(error).__name__}: {error}") from None
+        return answer.status_code, answer.text
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={**headers, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=ctx.timeout) as answer:
+            return answer.status, answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
+    except (OSError, ValueError) as error:  # URLError, timeouts, a malformed URL
+        raise OSError(f"{type(error).__name__}: {getattr(error, 'reason', error)}") from None
+
+
+def json_object(text: str) -> dict:
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def http_detail(body: dict, text: str) -> str:
+    """The server's own error message (OpenAI's ``{"error": {"message": ...}}``), else its text."""
+    error = body.get("error")
+    message = error.get("message") if isinstance(error, dict) else error
+    return str(message or text.strip()[:300] or "no message")
+
+
+def ask_through_litellm(ctx: Context, target: JudgeTarget) -> Check:
+    """A provider's model (GEMINI_API_KEY...) or a name litellm routes: through litellm itself."""
     import litellm
 
     from trainer.agent.judge import litellm_route
@@ -477,7 +553,7 @@ def ask_judge(ctx: Context, target: JudgeTarget) -> Check:
                                max_tokens=8, temperature=0, drop_params=True, timeout=ctx.timeout,
                                max_retries=0, **connection)
     except Exception as error:  # litellm maps every provider's and the network's errors to its own
-        return judge_failure(ctx, label, error)
+        return judge_failure(ctx, label, getattr(error, "status_code", None), error_detail(error))
     return passed("judge", f"{label} answered in {time.monotonic() - began:.1f}s")
 
 
@@ -488,11 +564,10 @@ def error_detail(error: Exception) -> str:
     return f"{type(error).__name__}: {message.split(' - ', 1)[1] if ' - ' in message else message}"
 
 
-def judge_failure(ctx: Context, label: str, error: Exception) -> Check:
+def judge_failure(ctx: Context, label: str, status: int | None, detail: str) -> Check:
     """401/403: the key is rejected; 400/404: the model or request is wrong (configuration);
     429: reachable and accepted, only busy (passes); anything else did not answer (transient)."""
-    status = getattr(error, "status_code", None)
-    detail = ctx.redact(error_detail(error))
+    detail = ctx.redact(detail)
     if status in (401, 403):
         return permanent("judge", f"{label} rejects the key (HTTP {status}: {detail})",
                          "set the right key in .env: JUDGE_API_KEY with JUDGE_API_BASE, else the provider's "

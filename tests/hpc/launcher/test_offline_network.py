@@ -9,7 +9,6 @@ workload's HTTP traffic and the judge's litellm calls."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from hpc.launcher.clusters import load_registry
 from hpc.launcher.network import Tunnel
 from hpc.launcher.render import render
 from tests.hpc.dry_run_helpers import dry_run, jsc_environment, no_sbatch, ok_script, runs  # noqa: F401 (fixtures)
+from tests.hpc.sshd_helpers import _free_port, local_sshd, require_openssh  # noqa: F401 (local_sshd: a fixture)
 
 
 
@@ -111,59 +111,6 @@ def test_offline_cluster_without_a_tunnel_host_is_refused_at_launch(capsys, runs
 
 
 # -- a real tunnel over loopback ------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def require_openssh() -> None:
-    """Skip without OpenSSH's client and server, but fail under CI=true, where .ci/run installs them."""
-    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-    missing = [tool for tool in ("ssh", "ssh-keygen") if shutil.which(tool) is None]
-    missing += [] if os.path.exists(sshd) else ["sshd"]
-    if missing:
-        message = f"needs {', '.join(missing)} (apt-get install openssh-server openssh-client)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-
-
-@pytest.fixture
-def local_sshd(tmp_path):
-    """An sshd of our own on 127.0.0.1, accepting one key, logging the
-    forwarded connections; yields (port, key path, log path)."""
-    require_openssh()
-    d = tmp_path / "sshd"
-    d.mkdir()
-    for name in ("host", "user"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
-    shutil.copy(d / "user.pub", d / "authorized_keys")
-    port, log = _free_port(), d / "sshd.log"
-    (d / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
-        f"PidFile {d / 'sshd.pid'}\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "UsePAM no\nAllowTcpForwarding yes\nLogLevel DEBUG1\n"
-    )
-    if os.geteuid() == 0:
-        os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
-    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-    proc = subprocess.Popen([sshd, "-D", "-f", str(d / "sshd_config"), "-E", str(log)])
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"sshd did not start: {log.read_text() if log.exists() else '(no log)'}")
-            time.sleep(0.1)
-    yield port, d / "user", log
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 def tunnel(port: int, key: Path, socks_port: int) -> Tunnel:

@@ -11,7 +11,7 @@ from hpc.run import accounting, report
 from hpc.run.accounting_report import COLORS, plot_timeline, section
 from hpc.run.report import DPI, FIG_SIZE
 from hpc.run.rundir import RunDir
-from tests.hpc.run.test_accounting import GRES, fake, requeued_run, t  # noqa: F401 (a fixture)
+from tests.hpc.run.test_accounting import GRES, fake, requeued_run, row, t  # noqa: F401 (a fixture)
 
 ORANGE, GREEN, RED = (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28)  # tab: starting, training, lost
 
@@ -32,6 +32,19 @@ def test_the_timeline_draws_each_job_run_queued_starting_training_and_lost(fake,
     assert size == (FIG_SIZE[0] * DPI, FIG_SIZE[1] * DPI)
     assert {ORANGE, GREEN, RED} <= colors
     assert COLORS["training"] == "tab:green" and COLORS["lost"] == "tab:red"
+
+
+def test_a_successor_cancelled_the_second_it_was_queued_gets_an_empty_row(fake, tmp_path):  # noqa: F811
+    """As a real run that finishes leaves it: its successor (queued at the start) cancelled with no time
+    queued or run, which accounting lists with no segment."""
+    requeued_run(fake)
+    fake.event(440, "successor", job_id="12", after="11")
+    rows = [row("11", "REQUEUED", 1, 60, 401), row("11", "COMPLETED", 401, 438, 600),
+            row("12", "CANCELLED", 600, 600, 600)]
+    acc = accounting.account("r", fake.files(), rows, GRES, now=t(638))
+    assert [job.segments for job in acc.jobs if job.job_id == "12"] == [()]
+    plot_timeline(acc, tmp_path / "timeline.png")
+    assert {GREEN} <= pixels(tmp_path / "timeline.png")[1]
 
 
 def test_the_report_gets_an_accounting_section_with_the_timeline_and_the_tables(fake, monkeypatch):  # noqa: F811

@@ -266,6 +266,30 @@ def test_the_judge_answers_one_tiny_request_with_the_key(tmp_path, judge):
     assert request.body["max_tokens"] == 8 and len(request.messages) == 1
 
 
+def test_a_judge_at_judge_api_base_is_asked_without_importing_litellm(tmp_path, judge):
+    """litellm's import was most of every launch's preflight (bench/launch_latency.py): an
+    OpenAI-compatible judge is asked with one HTTP POST (urllib: httpx only through a proxy)."""
+    code = ("import sys, json\nfrom pathlib import Path\nfrom tests.trainer.training.test_preflight import context\n"
+            "from trainer.training import preflight as pf\n"
+            f"env = json.loads({json.dumps(json.dumps(judge_env(judge)))})\n"
+            f"result = pf.check_judge(context(Path({str(tmp_path)!r}), Path({str(tmp_path)!r}), env=env))\n"
+            "print(result.ok, 'litellm' in sys.modules, 'httpx' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert done.stdout.split() == ["True", "False", "False"], done.stderr
+    (request,) = judge.requests
+    assert request.model == JUDGE and request.headers["authorization"] == f"Bearer {KEY}"
+
+
+def test_a_prefixed_model_name_the_server_refuses_is_left_to_litellms_routing(tmp_path):
+    """``org/model`` refused over plain HTTP may be a litellm provider's name: litellm asks again, as
+    the job would, and its answer (here the same 404) decides."""
+    with OpenAIServer({"other-model": [text("OK")]}) as server:
+        result = pf.check_judge(context(tmp_path, tmp_path, env={**judge_env(server), "JUDGE_MODEL": "org/judge"}))
+    assert result.permanent and "HTTP 404" in result.message
+    assert [request.model for request in server.requests] == ["org/judge", "org/judge"]  # plain, then litellm
+
+
 def test_a_key_the_judge_rejects_is_permanent_and_never_printed(tmp_path):
     wrong = "sk-wrong-key-9876543210"
     with OpenAIServer(lambda body: failure(401, f"Incorrect API key provided: {wrong}")) as server:
