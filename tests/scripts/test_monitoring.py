@@ -20,16 +20,17 @@ from pathlib import Path
 
 import pytest
 
+from hpc.run import monitor
 from hpc.run.rundir import RunDir
 from tests.hpc.slurm_helpers import launch
 from tests.scripts.slurm_util import (
-    REPO, SCRIPTS, bin_without_slurm, calls, cancel, fake_slurm, load_monitor, run_script, sbatch,
+    REPO, SCRIPTS, bin_without_slurm, calls, cancel, fake_slurm, run_script, sbatch,
     unique_prefix, wait_final, wait_running,
 )
 
 HELPERS = ["status.sh", "sfail.sh", "scompleted.sh", "scancelled.sh", "scancelall.sh", "rmlogs.sh"]
 SACCT_VIEWS = ["sfail.sh", "scompleted.sh", "scancelled.sh"]
-printable = load_monitor().printable
+printable = monitor.printable
 
 
 def user() -> str:

@@ -1,4 +1,4 @@
-"""scripts/monitor.py, the report program behind the monitoring helpers: parsing
+"""hpc/run/monitor.py, the report program behind the monitoring helpers: parsing
 of squeue/sacct output, log path discovery, run directory reading. No Slurm."""
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ import time
 import pytest
 
 from hpc.run import checkpoints as ck
+from hpc.run import monitor
 from hpc.run.rundir import RunDir
 from tests.doubles.step_trainer import safetensors_bytes
-from tests.scripts.slurm_util import load_monitor
 
-monitor = load_monitor()
 FS, RS = "\x1f", "\x1e"
 
 

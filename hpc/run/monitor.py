@@ -1,12 +1,14 @@
 """Reports behind the job monitoring helpers (status.sh, sfail.sh, scompleted.sh,
 scancelled.sh); the helpers parse their options in bash and call this with
-`python -I`, so a file in the user's working directory can never shadow a module.
+`python -E -s -m hpc.run.monitor` from the repository's root (scripts/common.sh), so the
+repository's own package is imported and a file in the user's working directory can never
+shadow a module; ``HPC_CALLER_DIR`` (the user's directory) is where relative paths are read.
 
-    monitor.py runs-dir                                   the launcher's default runs directory
-    monitor.py queue USER RUNS_DIR [RUN]                  the user's queued and running jobs
-    monitor.py runs USER RUNS_DIR [RUN]                   one line per run directory
-    monitor.py ended LABEL STATES START USER RUNS_DIR PREFIX TAIL_LINES
-                                                          sacct view of ended jobs with their logs
+    python -m hpc.run.monitor runs-dir                          the launcher's default runs directory
+    python -m hpc.run.monitor queue USER RUNS_DIR [RUN]         the user's queued and running jobs
+    python -m hpc.run.monitor runs USER RUNS_DIR [RUN]          one line per run directory
+    python -m hpc.run.monitor ended LABEL STATES START USER RUNS_DIR PREFIX TAIL_LINES
+                                                                sacct view of ended jobs with their logs
 
 Job names may hold spaces, quotes, '|', even newlines and terminal escapes
 (Slurm accepts all of them): squeue records are read with \\x1f between fields
@@ -23,6 +25,7 @@ Errors are one line on stderr: exit 1 at run time, 2 for a bad value.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -34,17 +37,16 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Tuple
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # `python -I` adds neither the cwd nor PYTHONPATH
+from hpc.run import accounting
+from hpc.run.checkpoints import latest_complete
+from hpc.job.continuation import continuations
+from hpc.run.rundir import RunDir, SweepDir
+from hpc.run.health import Flag, HealthSettings, SettingError, check as health_check
+from hpc.run.serving import address_of, ssh_line
 
-from hpc.run import accounting  # noqa: E402
-from hpc.run.checkpoints import latest_complete  # noqa: E402
-from hpc.job.continuation import continuations  # noqa: E402
-from hpc.run.rundir import RunDir, SweepDir  # noqa: E402
-from hpc.run.health import Flag, HealthSettings, SettingError, check as health_check  # noqa: E402
-from hpc.run.serving import address_of, ssh_line  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
-PROG = os.environ.get("HPC_PROG") or "monitor.py"
+PROG = os.environ.get("HPC_PROG") or "python -m hpc.run.monitor"
 FS, RS = "\x1f", "\x1e"  # ASCII unit and record separators: no job name or path holds them
 # slurmctld forgets a finished job MinJobAge after its end (300 s by default);
 # asking it about older ones, one RPC each, only costs time.
@@ -832,6 +834,10 @@ def launcher_runs_dir() -> Path:
 
 def main(argv: list[str]) -> int:
     command, args = (argv[0], argv[1:]) if argv else ("", [])
+    caller = os.environ.pop("HPC_CALLER_DIR", "")
+    if caller:  # scripts/common.sh runs this from the repository: relative paths are the user's
+        with contextlib.suppress(OSError):
+            os.chdir(caller)
     try:
         if command == "runs-dir" and not args:
             print(launcher_runs_dir())
@@ -842,7 +848,7 @@ def main(argv: list[str]) -> int:
             label, states, start, user, runs_dir, prefix, lines = args
             ended_view(label, states, start, user, Path(runs_dir), prefix, int(lines))
         else:
-            raise Failure(f"monitor.py: bad arguments {argv!r} (see its docstring)", 2)
+            raise Failure(f"hpc.run.monitor: bad arguments {argv!r} (see its docstring)", 2)
     except Failure as err:
         print(f"{PROG}: error: {err}" if err.code == 1 else f"{PROG}: {err}", file=sys.stderr)
         return err.code
