@@ -11,10 +11,9 @@ shadow a module; ``HPC_CALLER_DIR`` (the user's directory) is where relative pat
                                                                 sacct view of ended jobs with their logs
 
 Job names may hold spaces, quotes, '|', even newlines and terminal escapes
-(Slurm accepts all of them): squeue records are read with \\x1f between fields
-and \\x1e after the last one, sacct fields are split on \\x1f with the name last
-(so a newline in it cannot end a record early), and every name and path goes
-through printable() before it reaches the terminal.
+(Slurm accepts all of them): hpc/slurm asks Slurm and reads its answers so that
+none of them can break a record, and every name and path goes through printable()
+before it reaches the terminal.
 
 The run directory layout comes from hpc.run.rundir and the latest complete
 checkpoint from hpc.run.checkpoints (both stdlib only): the launcher, the trainer
@@ -30,7 +29,6 @@ import os
 import shlex
 import signal
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -43,11 +41,14 @@ from hpc.job.continuation import continuations
 from hpc.run.rundir import RunDir, SweepDir
 from hpc.run.health import Flag, HealthSettings, SettingError, check as health_check
 from hpc.run.serving import address_of, ssh_line
+from hpc.slurm import calls
+from hpc.slurm.calls import SlurmError, SlurmFailed
+from hpc.slurm.output import EndedJob, QueuedJob, latest_states
+from hpc.slurm.states import JobState
 
 REPO = Path(__file__).resolve().parents[2]
 
 PROG = os.environ.get("HPC_PROG") or "python -m hpc.run.monitor"
-FS, RS = "\x1f", "\x1e"  # ASCII unit and record separators: no job name or path holds them
 # slurmctld forgets a finished job MinJobAge after its end (300 s by default);
 # asking it about older ones, one RPC each, only costs time.
 SCONTROL_WINDOW = timedelta(hours=1)
@@ -75,27 +76,6 @@ def printable(text: object) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(text))
 
 
-def first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "(no message)")
-
-
-def run(cmd: Sequence[str]) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(list(cmd), capture_output=True, text=True, errors="replace", timeout=120)
-    except FileNotFoundError:
-        raise Failure(f"'{cmd[0]}' not found: the Slurm client commands are not installed or not on PATH")
-    except subprocess.TimeoutExpired:
-        raise Failure(f"'{cmd[0]}' did not answer within 120 s (is the Slurm controller up?)")
-
-
-def slurm(cmd: Sequence[str]) -> str:
-    """stdout of a Slurm command the report cannot do without."""
-    result = run(cmd)
-    if result.returncode != 0:
-        raise Failure(f"{cmd[0]} failed: {first_line(result.stderr + result.stdout)}")
-    return result.stdout
-
-
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
     """Header and rows with columns padded to their widest cell; the last column
     (a name or a reason) is not padded, so any length fits."""
@@ -119,36 +99,6 @@ def duration(seconds: object) -> str:
     if hours:
         return f"{hours}h{s // 60:02d}m"
     return f"{s // 60}m"
-
-
-def squeue_records(text: str, fields: int) -> list[list[str]]:
-    """Records of `squeue -o 'a\\x1fb...\\x1fname\\x1e'` (one '\\n' after each \\x1e)."""
-    records = []
-    for chunk in text.split(RS):
-        chunk = chunk[1:] if chunk.startswith("\n") else chunk
-        parts = chunk.split(FS, fields - 1)
-        if len(parts) == fields:
-            records.append(parts)
-    return records
-
-
-def sacct_records(text: str, fields: int) -> list[list[str]]:
-    """Records of `sacct -P --delimiter=$'\\x1f'` whose last field (the name) may
-    hold newlines: the token between a record's last separator and the next
-    record's first is "<name>\\n<next JobID>", and a JobID never holds '\\n'."""
-    if not text.strip():
-        return []
-    tokens = (text if text.endswith("\n") else text + "\n").split(FS)
-    records, current = [], [tokens[0]]
-    for token in tokens[1:]:
-        if len(current) < fields - 1:
-            current.append(token)
-            continue
-        name, newline, next_id = token.rpartition("\n")
-        if newline:
-            records.append([*current, name])
-        current = [next_id]  # without a newline the row was malformed: resynchronise
-    return records
 
 
 # --- run directories ------------------------------------------------------------------
@@ -242,12 +192,12 @@ def model_dir_of(records: list[dict]) -> Optional[Path]:
 
 # --- queue ----------------------------------------------------------------------------
 
-QUEUE_FORMAT = FS.join(["%i", "%T", "%r", "%M", "%l", "%D", "%N", "%j"]) + RS
-
-
-def user_queue(user: str) -> list[list[str]]:
-    """The user's queued and running jobs: id, state, reason, elapsed, limit, nodes, nodelist, name."""
-    return squeue_records(slurm(["squeue", "-h", "-u", user, "-o", QUEUE_FORMAT]), 8)
+def user_queue(user: str) -> list[QueuedJob]:
+    """The user's queued and running jobs (the view cannot do without them)."""
+    try:
+        return calls.queue(user=user, timeout=120)
+    except SlurmError as err:
+        raise Failure(str(err)) from None
 
 
 def queue_view(user: str, runs_dir: Path, only: str) -> None:
@@ -255,7 +205,7 @@ def queue_view(user: str, runs_dir: Path, only: str) -> None:
     if only:  # the run's jobs (a sweep's: its runs'): named after it (the launcher's -J) or in its ledger
         names = set(sweep_runs(runs_dir, only) or [only])
         ids = {job for name in names for job in ledger_job_ids(ledger(RunDir(runs_dir / name)))}
-        jobs = [j for j in jobs if j[7] in names or j[0] in ids]
+        jobs = [j for j in jobs if j.name in names or j.job_id in ids]
     stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     which = f" for run {only}" if only else ""
     print(f"Queued and running jobs of {user}{which} ({stamp}):")
@@ -263,10 +213,10 @@ def queue_view(user: str, runs_dir: Path, only: str) -> None:
         print("  none")
         return
     rows = []
-    for job_id, state, reason, elapsed, limit, nodes, nodelist, name in jobs:
-        waiting = state == "PENDING"
-        rows.append([job_id, state, reason if waiting else "-", f"{elapsed}/{limit}", nodes,
-                     "-" if waiting or not nodelist else nodelist, name])
+    for j in jobs:
+        waiting = j.state == JobState.PENDING
+        rows.append([j.job_id, j.state, j.reason if waiting else "-", f"{j.elapsed}/{j.limit}", j.nodes,
+                     "-" if waiting or not j.nodelist else j.nodelist, j.name])
     for line in table(["JOBID", "STATE", "REASON", "ELAPSED/LIMIT", "NODES", "NODELIST", "NAME"], rows):
         print(line)
 
@@ -278,8 +228,8 @@ def sacct_rows(job_ids: set[str]) -> list[accounting.SacctRow]:
     """Every run of these jobs, in one sacct call for all runs (status.sh refreshes every
     few seconds); a sacct that fails leaves states and GPU-hours unknown, not the view."""
     try:
-        return accounting.query_sacct(job_ids, timeout=120)
-    except accounting.SacctError:
+        return calls.job_runs(job_ids, timeout=120)
+    except SlurmError:
         return []
 
 
@@ -424,9 +374,9 @@ def health_settings() -> HealthSettings:
 def run_views(user: str, runs: list[RunDir]) -> list[RunView]:
     """Every run's view, from one squeue and one sacct call for all of them."""
     records = {r.path: ledger(r) for r in runs}
-    active = {job: state for job, state, *_ in user_queue(user)}
+    active: dict[str, str] = {job.job_id: job.state for job in user_queue(user)}
     rows = sacct_rows({job for recs in records.values() for job in ledger_job_ids(recs)})
-    states = {**accounting.latest_states(rows), **active}
+    states: dict[str, str] = {**latest_states(rows), **active}
     starts, chargings = accounting.job_starts(records.values()), Chargings()
     settings, now = health_settings(), datetime.now(timezone.utc)
     views = []
@@ -540,11 +490,11 @@ def login_host() -> str:
 # --- log paths ---------------------------------------------------------------------------
 
 
-def expand(pattern: str, job: dict) -> str:
+def expand(pattern: str, job: EndedJob) -> str:
     """A filename pattern as sbatch expands it (%j %J %x %u %A %a %%), relative
     to the job's working directory."""
-    array_id, _, task = job["JobID"].partition("_")
-    values = {"j": job["JobIDRaw"], "J": job["JobIDRaw"], "x": job["JobName"], "u": job["User"],
+    array_id, _, task = job.job_id.partition("_")
+    values = {"j": job.job_id_raw, "J": job.job_id_raw, "x": job.name, "u": job.user,
               "A": array_id, "a": task or "4294967294", "%": "%"}
     out, i = [], 0
     while i < len(pattern):
@@ -555,27 +505,9 @@ def expand(pattern: str, job: dict) -> str:
             out.append(pattern[i])
             i += 1
     path = "".join(out)
-    if not os.path.isabs(path) and job.get("WorkDir"):
-        path = os.path.join(job["WorkDir"], path)
+    if not os.path.isabs(path) and job.workdir:
+        path = os.path.join(job.workdir, path)
     return path
-
-
-def scontrol_logs(text: str) -> dict[str, str]:
-    """StdOut and StdErr from `scontrol show job ID`. Every line after the first
-    is indented and StdOut=/StdErr= have lines of their own, so an unindented
-    line continues the value before it: a newline in the path. The last
-    occurrence wins, so a job name holding "\\n   StdOut=..." cannot fake one."""
-    found: dict[str, str] = {}
-    key = None
-    for line in text.rstrip("\n").split("\n")[1:]:
-        if line.startswith(" "):
-            name, sep, value = line.lstrip(" ").partition("=")
-            key = name if sep and name in ("StdOut", "StdErr") else None
-            if key:
-                found[key] = value
-        elif key:
-            found[key] += "\n" + line
-    return found
 
 
 def log_options(words: Sequence[str]) -> Tuple[str, str]:
@@ -630,14 +562,14 @@ def script_directives(path: Path) -> list[str]:
     return words
 
 
-def submitted_logs(job: dict) -> Tuple[str, str]:
+def submitted_logs(job: EndedJob) -> Tuple[str, str]:
     """-o/-e from the sbatch command line (sacct's SubmitLine) up to --wrap or
     the script (what follows is the job's own), else from the script's #SBATCH
     lines. SubmitLine is argv joined by spaces, so a path with a space in it
     comes out cut short, and is then shown as missing."""
-    words = job.get("SubmitLine", "").split(" ")
+    words = job.submit_line.split(" ")
     wrap = next((i for i, w in enumerate(words) if w == "--wrap" or w.startswith("--wrap=")), None)
-    cut, script = (wrap, None) if wrap is not None else submitted_script(words, job.get("WorkDir", ""))
+    cut, script = (wrap, None) if wrap is not None else submitted_script(words, job.workdir)
     out, err = log_options(words[:cut])
     if script is not None and not (out and err):
         script_out, script_err = log_options(script_directives(script))
@@ -681,34 +613,33 @@ class LogFinder:
         # it stops (scancel), which is bookkeeping, not a job anybody cancelled.
         self.withdrawn = successors - started
 
-    def find(self, job: dict) -> Paths:
+    def find(self, job: EndedJob) -> Paths:
         for source in (self.from_scontrol, self.from_ledger, self.from_submit_line):
             found = source(job)
             if found and found[0]:
                 return found[0], found[1] or found[0]
         return self.from_layout(job)
 
-    def from_scontrol(self, job: dict) -> Optional[Paths]:
+    def from_scontrol(self, job: EndedJob) -> Optional[Paths]:
         if not self.recently_ended(job) or self.scontrol_calls >= SCONTROL_MAX_CALLS:
             return None
         self.scontrol_calls += 1
-        result = run(["scontrol", "show", "job", job["JobID"]])
-        if result.returncode != 0:
-            return None
-        found = scontrol_logs(result.stdout)
-        return found.get("StdOut", ""), found.get("StdErr", "")
+        try:
+            shown = calls.show_job(job.job_id, timeout=120)
+        except SlurmError as err:
+            raise Failure(str(err)) from None
+        return None if shown is None else (shown.std_out, shown.std_err)
 
     @staticmethod
-    def recently_ended(job: dict) -> bool:
-        try:
-            return datetime.now() - datetime.fromisoformat(job["End"]) < SCONTROL_WINDOW
-        except ValueError:
+    def recently_ended(job: EndedJob) -> bool:
+        if job.end is None:
             return True  # "Unknown": still ending
+        return datetime.now(timezone.utc) - job.end < SCONTROL_WINDOW
 
-    def from_ledger(self, job: dict) -> Optional[Paths]:
-        return self.ledger_logs.get(job["JobID"])
+    def from_ledger(self, job: EndedJob) -> Optional[Paths]:
+        return self.ledger_logs.get(job.job_id)
 
-    def from_submit_line(self, job: dict) -> Optional[Paths]:
+    def from_submit_line(self, job: EndedJob) -> Optional[Paths]:
         out, err = submitted_logs(job)
         if not out and not err:
             return None
@@ -717,8 +648,8 @@ class LogFinder:
         out = expand(out, job) if out else default_log(job)
         return out, expand(err, job) if err else out
 
-    def from_layout(self, job: dict) -> Paths:
-        name, job_id = job["JobName"], job["JobID"]
+    def from_layout(self, job: EndedJob) -> Paths:
+        name, job_id = job.name, job.job_id
         run_dir = self.run_of.get(job_id)
         if run_dir is None and name not in ("", ".", "..") and "/" not in name:
             named = RunDir(self.runs_dir / name)
@@ -729,28 +660,28 @@ class LogFinder:
         return str(out), str(err)
 
 
-def default_log(job: dict) -> str:
+def default_log(job: EndedJob) -> str:
     """sbatch's default log name, in the job's working directory."""
-    return expand("slurm-%A_%a.out" if "_" in job["JobID"] else "slurm-%j.out", job)
+    return expand("slurm-%A_%a.out" if "_" in job.job_id else "slurm-%j.out", job)
 
 
 # --- ended jobs ------------------------------------------------------------------------
 
-SACCT_FIELDS = ["JobID", "JobIDRaw", "State", "ExitCode", "Elapsed", "End", "User", "WorkDir", "SubmitLine", "JobName"]
-
-
-def ended_jobs(states: str, start: str, user: str) -> list[dict]:
-    result = run(["sacct", "-X", "-n", "-P", "--delimiter=" + FS, "-u", user, "-S", start, "-E", "now",
-                  "-s", states, "-o", ",".join(SACCT_FIELDS)])
-    if result.returncode != 0:
-        if "time" in result.stderr.lower() and "invalid" in result.stderr.lower():
+def ended_jobs(states: str, start: str, user: str) -> list[EndedJob]:
+    try:
+        return calls.ended_jobs(user, states, start, timeout=120)
+    except SlurmFailed as err:
+        if "time" in err.stderr.lower() and "invalid" in err.stderr.lower():
             raise Failure(f"bad -S '{start}' (accepted: a time sacct accepts, e.g. now-3days, 2026-11-01, "
-                          "2026-11-01T08:00)", 2)
-        raise Failure(f"sacct failed: {first_line(result.stderr + result.stdout)}")
-    jobs = [dict(zip(SACCT_FIELDS, record)) for record in sacct_records(result.stdout, len(SACCT_FIELDS))]
-    for job in jobs:
-        job["State"] = (job["State"].split() or ["?"])[0]  # "CANCELLED by 0" -> CANCELLED
-    return jobs
+                          "2026-11-01T08:00)", 2) from None
+        raise Failure(str(err)) from None
+    except SlurmError as err:
+        raise Failure(str(err)) from None
+
+
+def end_text(job: EndedJob) -> str:
+    """When the job ended, in this machine's local time as sacct prints it; Unknown while it ends."""
+    return "Unknown" if job.end is None else job.end.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def tail(path: str, lines: int) -> Optional[list[str]]:
@@ -772,8 +703,8 @@ def shown(path: str) -> str:
 def ended_view(label: str, states: str, start: str, user: str, runs_dir: Path, prefix: str,
                tail_lines: int) -> None:
     finder = LogFinder(runs_dir)
-    named = [j for j in ended_jobs(states, start, user) if j["JobName"].startswith(prefix)]
-    jobs = [j for j in named if not (j["State"] == "CANCELLED" and j["JobID"] in finder.withdrawn)]
+    named = [j for j in ended_jobs(states, start, user) if j.name.startswith(prefix)]
+    jobs = [j for j in named if not (j.state == JobState.CANCELLED and j.job_id in finder.withdrawn)]
     which = f" named {prefix}*" if prefix else ""
     print(f"{label.capitalize()} jobs of {user}{which} since {start} (runs dir: {runs_dir}): {len(jobs)}")
     if len(named) > len(jobs):
@@ -782,8 +713,7 @@ def ended_view(label: str, states: str, start: str, user: str, runs_dir: Path, p
     if not jobs:
         return
     header, *rows = table(["JOBID", "STATE", "EXIT", "ELAPSED", "END", "NAME"],
-                          [[j["JobID"], j["State"], j["ExitCode"], j["Elapsed"], j["End"], j["JobName"]]
-                           for j in jobs])
+                          [[j.job_id, j.state, j.exit_code, j.elapsed, end_text(j), j.name] for j in jobs])
     print(header)
     for index, (row, job) in enumerate(zip(rows, jobs)):
         out, err = finder.find(job)

@@ -5,39 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from hpc.run import checkpoints as ck
 from hpc.run import monitor
 from hpc.run.rundir import RunDir
+from hpc.slurm.output import EndedJob
+from hpc.slurm.states import JobState
 from tests.doubles.step_trainer import safetensors_bytes
-
-FS, RS = "\x1f", "\x1e"
-
-
-def sacct_text(rows: list[list[str]]) -> str:
-    return "".join(FS.join(row) + "\n" for row in rows)
-
-
-def test_sacct_records_keep_every_record_including_the_last():
-    text = sacct_text([["1", "COMPLETED", "a"], ["2", "FAILED", "b"]])
-    assert monitor.sacct_records(text, 3) == [["1", "COMPLETED", "a"], ["2", "FAILED", "b"]]
-    assert monitor.sacct_records(sacct_text([["7", "FAILED", "only"]]), 3) == [["7", "FAILED", "only"]]
-    assert monitor.sacct_records("", 3) == []
-
-
-def test_sacct_records_keep_a_name_with_newlines_pipes_and_spaces_in_one_record():
-    odd = "x 'y' |z\nsecond line\n"
-    text = sacct_text([["1", "FAILED", odd], ["2", "FAILED", "plain"], ["3", "FAILED", odd]])
-    assert monitor.sacct_records(text, 3) == [["1", "FAILED", odd], ["2", "FAILED", "plain"], ["3", "FAILED", odd]]
-
-
-def test_squeue_records_split_on_the_record_separator_not_on_newlines():
-    text = f"1{FS}RUNNING{FS}a\nb{RS}\n2{FS}PENDING{FS}c|d e{RS}\n"
-    assert monitor.squeue_records(text, 3) == [["1", "RUNNING", "a\nb"], ["2", "PENDING", "c|d e"]]
-
 
 def test_printable_escapes_control_characters_but_keeps_spaces_quotes_and_pipes():
     assert monitor.printable("a b 'c' |d") == "a b 'c' |d"
@@ -58,11 +35,10 @@ def test_table_pads_every_column_but_the_last():
 # --- log paths ----------------------------------------------------------------------------
 
 
-def job(job_id: str, name: str, workdir: str = "/work", submit_line: str = "sbatch x") -> dict:
+def job(job_id: str, name: str, workdir: str = "/work", submit_line: str = "sbatch x",
+        end: datetime | None = datetime(2020, 1, 1, tzinfo=timezone.utc)) -> EndedJob:
     """A sacct record that ended long ago, so slurmctld is not asked."""
-    return {"JobID": job_id, "JobIDRaw": job_id, "State": "FAILED", "ExitCode": "1:0", "Elapsed": "00:00:01",
-            "End": "2020-01-01T00:00:00", "User": "alice", "WorkDir": workdir, "SubmitLine": submit_line,
-            "JobName": name}
+    return EndedJob(job_id, job_id, JobState.FAILED, "1:0", "00:00:01", end, "alice", workdir, submit_line, name)
 
 
 def test_log_paths_come_from_the_ledger_for_the_launchers_jobs(tmp_path):
@@ -114,10 +90,10 @@ def test_log_paths_fall_back_to_a_run_named_like_the_job_then_to_slurms_default(
 
 
 def test_slurmctld_is_asked_only_about_recently_ended_jobs():
-    recent = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 60))
-    assert monitor.LogFinder.recently_ended({"End": recent})
-    assert monitor.LogFinder.recently_ended({"End": "Unknown"})
-    assert not monitor.LogFinder.recently_ended({"End": "2020-01-01T00:00:00"})
+    recent = datetime.now(timezone.utc) - timedelta(seconds=60)
+    assert monitor.LogFinder.recently_ended(job("1", "x", end=recent))
+    assert monitor.LogFinder.recently_ended(job("1", "x", end=None))  # Unknown: still ending
+    assert not monitor.LogFinder.recently_ended(job("1", "x"))
 
 
 # --- run directories -------------------------------------------------------------------------
@@ -179,12 +155,6 @@ def test_the_validation_column_shows_the_latest_accuracy_and_the_best_step(tmp_p
 def test_monitor_refuses_unknown_commands_with_exit_2(capsys):
     assert monitor.main(["bogus"]) == 2
     assert "bad arguments" in capsys.readouterr().err
-
-
-def test_scontrol_log_paths_survive_newlines_in_the_path_and_a_faked_field_in_the_name():
-    text = ("JobId=64 JobName=x\n   StdOut=/fake\n   UserId=root(0)\n   StdErr=/runs/a b\nz/logs/x-64.err\n"
-            "   StdIn=/dev/null\n   StdOut=/runs/a b\nz/logs/x-64.out\n   Power=\n\n")
-    assert monitor.scontrol_logs(text) == {"StdOut": "/runs/a b\nz/logs/x-64.out", "StdErr": "/runs/a b\nz/logs/x-64.err"}
 
 
 def test_a_run_counts_as_cancelled_only_until_it_is_launched_again():
