@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc.run import monitor
+from hpc.run.monitor.display import printable
 from hpc.run.rundir import RunDir
 from tests.hpc.slurm_helpers import launch
 from tests.scripts.slurm_util import (
@@ -30,7 +30,6 @@ from tests.scripts.slurm_util import (
 
 HELPERS = ["status.sh", "sfail.sh", "scompleted.sh", "scancelled.sh", "scancelall.sh", "rmlogs.sh"]
 SACCT_VIEWS = ["sfail.sh", "scompleted.sh", "scancelled.sh"]
-printable = monitor.printable
 
 
 def user() -> str:
