@@ -272,8 +272,8 @@ def test_status_names_a_parked_run_with_the_job_that_ended_it_and_the_command_th
 
 
 def _sacct_time(seconds_ago: float) -> str:
-    """A time as sacct prints it: local, without a zone."""
-    return (datetime.now() - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%S")
+    """A time as sacct prints it without a zone, in UTC: hpc/slurm asks with TZ=UTC0."""
+    return (datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def _utc(seconds_ago: float) -> str:
