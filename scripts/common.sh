@@ -9,8 +9,8 @@
 #     Nothing here changes the options of the shell that sources it, and the
 #     functions that exit are only called from the helpers.
 #
-# The reports (tables, run directories, log paths) are scripts/monitor.py; the
-# helpers parse options, check that Slurm is there, and call it.
+# The reports (tables, run directories, log paths) are the package's hpc.run.monitor;
+# the helpers parse options, check that Slurm is there, and call it.
 
 HPC_SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 HPC_REPO_DIR=$(dirname "$HPC_SCRIPTS_DIR")
@@ -102,12 +102,15 @@ hpc_python() {
   fi
 }
 
-# hpc_monitor COMMAND ARGS...: run scripts/monitor.py, which names this helper in
-# its messages. -I: no module in the user's working directory can shadow one.
+# hpc_monitor COMMAND ARGS...: run python -m hpc.run.monitor, which names this helper in
+# its messages. It runs from the repository's root with -E -s (no PYTHONPATH, no user site):
+# this repository's package is what is imported, and no module in the user's working
+# directory can shadow one; HPC_CALLER_DIR takes it back there for relative paths.
 hpc_monitor() {
-  local python
+  local python prog here=$PWD
   python=$(hpc_python) || exit 1
-  HPC_PROG=$(hpc_prog) "$python" -I "$HPC_SCRIPTS_DIR/monitor.py" "$@"
+  prog=$(hpc_prog)
+  (cd "$HPC_REPO_DIR" && HPC_PROG=$prog HPC_CALLER_DIR=$here exec "$python" -E -s -m hpc.run.monitor "$@")
 }
 
 # --- --remote DEST: the helper on a cluster's login node, over SSH ----------------

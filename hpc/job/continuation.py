@@ -44,17 +44,19 @@ import logging
 import os
 import re
 import signal
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from hpc.job import notify, successor
+from hpc.job.successor import resubmit
 from hpc.run import ownership
 from hpc.run.checkpoints import latest_complete, quarantine_incomplete
-from hpc.job.slurm_calls import requeue, resubmit, slurm_query
 from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
+from hpc.slurm import calls
+from hpc.slurm.calls import SlurmError, requeue
+from hpc.slurm.states import JobState
 
 log = logging.getLogger("hpc.job.continuation")
 
@@ -267,7 +269,7 @@ def unclosed_start(ledger: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-# -- Slurm calls (hpc/job/slurm_calls.py makes them) ----------------------------------------
+# -- what Slurm says (hpc/slurm asks it) ------------------------------------------------------
 
 
 def slurm_view(job_id: str, restart_count: int) -> SlurmView:
@@ -279,11 +281,13 @@ def slurm_view(job_id: str, restart_count: int) -> SlurmView:
     Any error answers "neither": the run then continues as usual."""
     if not job_id.isdigit():  # not a Slurm job (a test, a run by hand)
         return SlurmView()
-    show = slurm_query(["scontrol", "show", "job", "-o", job_id])
-    restarts = re.search(r"\bRestarts=(\d+)", show)
-    state = slurm_query(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State"]).strip().splitlines()
-    return SlurmView(requeued=bool(restarts) and int(restarts.group(1)) > restart_count,
-                     cancelled=bool(state) and state[-1].startswith("CANCELLED"))
+    try:
+        shown = calls.show_job(job_id, successor.QUERY_TIMEOUT, in_job=True)
+    except SlurmError:
+        shown = None
+    restarts = shown.restarts if shown is not None else None
+    return SlurmView(requeued=restarts is not None and restarts > restart_count,
+                     cancelled=successor.ended_state(job_id) == JobState.CANCELLED)
 
 
 def requeued(job_id: str) -> bool:
@@ -295,7 +299,7 @@ def requeued(job_id: str) -> bool:
     try:
         requeue(job_id)
         return True
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
+    except (SlurmError, OSError) as err:
         print(f"[continuation] {err}; submitting a follow-up job with afterany instead", file=sys.stderr)
         return False
 
@@ -503,7 +507,7 @@ def continue_run(a: EndArgs, action: str, ledger: list[dict[str, Any]]) -> None:
 def submit_follower(a: EndArgs) -> None:
     try:
         new_id = resubmit(a.script, a.job_id)
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
+    except (SlurmError, OSError) as err:
         give_up(a.run, f"could not continue the run: {err} (where jobs may not submit jobs, launch with "
                        "--chain N)", a.log_err)
         return

@@ -33,21 +33,19 @@ Stdlib only: the trainer and the step double import it in the job.
 from __future__ import annotations
 
 import math
-import os
-import re
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone, tzinfo
+from datetime import datetime, timezone
 from typing import Callable, Mapping, Sequence
 
 from hpc.run.rundir import RunDir
+from hpc.slurm import calls
+from hpc.slurm.calls import SlurmError
 
 END_TIME_ENV = "HPC_JOB_END_TIME"  # epoch seconds; wins over Slurm (outside Slurm, tests)
 GRACE_ENV = "HPC_SIGNAL_GRACE"  # the job's --signal_grace, exported by sbatch/_job_control.sh.j2
 END_TIME_MAX_AGE = 30.0  # seconds a value read from Slurm is trusted before it is read again
 STOP_REASONS = ("boundary", "signal", "finished")
-_END_TIME = re.compile(r"(?:^|\s)EndTime=(\S+)")
 
 
 class EndTimeError(ValueError):
@@ -57,38 +55,15 @@ class EndTimeError(ValueError):
 # -- when the job ends --------------------------------------------------------------------
 
 
-def parse_slurm_time(text: str, tz: tzinfo = timezone.utc) -> float | None:
-    """Epoch seconds of a Slurm timestamp (``2026-11-25T08:46:36``), which Slurm prints
-    in the local time of the process that asked (its TZ); None for Unknown/None/N/A."""
-    try:
-        return datetime.fromisoformat(text.strip()).replace(tzinfo=tz).timestamp()
-    except ValueError:
-        return None
-
-
-def end_time_from_scontrol(output: str, tz: tzinfo = timezone.utc) -> float | None:
-    """The ``EndTime=`` of ``scontrol show job -o ID``'s line, or None."""
-    match = _END_TIME.search(output)
-    return parse_slurm_time(match.group(1), tz) if match else None
-
-
-def end_time_from_squeue(output: str, tz: tzinfo = timezone.utc) -> float | None:
-    """``squeue -h -j ID -o %e``'s one line, or None."""
-    lines = output.split()
-    return parse_slurm_time(lines[0], tz) if len(lines) == 1 else None
-
-
 def query_slurm_end(job_id: str) -> float | None:
-    """Ask Slurm for the job's end time. It prints local time: we make that UTC (TZ) in
-    its standard format (SLURM_TIME_FORMAT), so the reading never depends on the node's
-    zone. None when Slurm does not answer (the rule then waits for the next reading)."""
-    env = {**os.environ, "TZ": "UTC0", "SLURM_TIME_FORMAT": "standard"}
+    """Ask Slurm for the job's end time (``scontrol show job``'s EndTime, asked in UTC: hpc/slurm),
+    as epoch seconds; None when Slurm does not answer (the rule then waits for the next reading)."""
     try:
-        result = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
-                                timeout=20, env=env)
-    except (OSError, subprocess.TimeoutExpired):
+        shown = calls.show_job(job_id, timeout=20, in_job=True)
+    except SlurmError:
         return None
-    return end_time_from_scontrol(result.stdout) if result.returncode == 0 else None
+    end = shown.end_time if shown is not None else None
+    return end.timestamp() if end is not None else None
 
 
 def _number(env: Mapping[str, str], name: str, what: str) -> float | None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ from pathlib import Path
 from hpc.job import continuation as cont
 from hpc.job import successor
 from hpc.run.rundir import RunDir
+from hpc.slurm.calls import SlurmError
 
 CONTINUE = (cont.REQUEUE, cont.RESUBMIT)
 
@@ -179,7 +179,7 @@ def end(members: list[Member], job_id: str, settings: Settings, restart_count: i
         return going
     try:
         new_id = cont.resubmit(settings.script, job_id, settings.options(len(going)))
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
+    except (SlurmError, OSError) as err:
         for m in going:
             cont.give_up(m.run, f"could not continue the pack job: {err}", None)
         return []

@@ -25,18 +25,18 @@ such followers from the login node instead.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from hpc.job.slurm_calls import resubmit, slurm_env, slurm_query
 from hpc.run.rundir import RunDir
+from hpc.slurm import calls
+from hpc.slurm.calls import SlurmError
+from hpc.slurm.output import run_order
+from hpc.slurm.states import QUEUED, JobState
 
 EVENT = "successor"
-# Queue states in which a job still carries, or will carry, the run.
-QUEUED = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-          "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"}
+QUERY_TIMEOUT = 20  # seconds: a job near its limit asks briefly, and takes no answer as "not known"
 
 
 def of(ledger: list[dict[str, Any]], job_id: str) -> str | None:
@@ -51,12 +51,14 @@ def predecessor(ledger: list[dict[str, Any]], job_id: str) -> str | None:
     return str(found[-1]["after"]) if found else None
 
 
-def queue_state(job_id: str) -> str | None:
+def queue_state(job_id: str) -> JobState | None:
     """The job's state in the queue, None once it has left it (or squeue fails)."""
     if not job_id.isdigit():
         return None
-    out = slurm_query(["squeue", "-h", "-o", "%T", "-j", job_id]).split()
-    return out[0] if out else None
+    try:
+        return calls.queue_states([job_id], QUERY_TIMEOUT, in_job=True).get(job_id)
+    except SlurmError:
+        return None
 
 
 def still_queued(job_id: str) -> bool:
@@ -66,19 +68,28 @@ def still_queued(job_id: str) -> bool:
 def pending_of(ledger: list[dict[str, Any]], job_id: str) -> str | None:
     """This job's successor, if it is still waiting (not started, not cancelled)."""
     succ = of(ledger, job_id)
-    return succ if succ is not None and queue_state(succ) == "PENDING" else None
+    return succ if succ is not None and queue_state(succ) == JobState.PENDING else None
 
 
-def ended_state(job_id: str, requeued: bool = False) -> str | None:
-    """How accounting says a job ended (TIMEOUT, FAILED, NODE_FAIL, CANCELLED...), None if unknown;
-    ``requeued``: the job runs again under its id, so its previous run's (``sacct -D``)."""
+def ended_state(job_id: str, requeued: bool = False) -> JobState | None:
+    """How accounting says a job's latest run ended (TIMEOUT, FAILED, NODE_FAIL, CANCELLED...), None if
+    unknown; ``requeued``: the job runs again under its id, so its previous run's (``sacct -D``)."""
     if not job_id.isdigit():
         return None
-    rows = slurm_query(["sacct", "-X", "-D", "-n", "-P", "-j", job_id, "-o", "State"]).split("\n")
-    states = [row.split()[0] for row in rows if row.strip()]
+    try:
+        runs = calls.job_runs([job_id], QUERY_TIMEOUT, in_job=True)
+    except SlurmError:
+        return None
+    states = [row.state for row in sorted(runs, key=run_order) if row.job_id == job_id]
     if requeued:
         states = states[:-1]
     return states[-1] if states else None
+
+
+def resubmit(script: Path, after: str, options: tuple[str, ...] = ()) -> str:
+    """Submit ``script`` again to start once job ``after`` has ended; return the new id
+    (``options`` override the script's #SBATCH lines: a smaller pack job asks for fewer GPUs)."""
+    return calls.submit(script, f"afterany:{after}", options, in_job=True)
 
 
 def ensure(runs: Sequence[RunDir], job_id: str, script: Path, options: tuple[str, ...] = ()) -> str | None:
@@ -94,7 +105,7 @@ def ensure(runs: Sequence[RunDir], job_id: str, script: Path, options: tuple[str
         return waiting
     try:
         new_id = resubmit(script, job_id, options)
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
+    except (SlurmError, OSError) as err:
         print(f"[continuation] could not queue a successor ({err}); the end hook continues the run, "
               "and a job lost without it is not continued", file=sys.stderr)
         return None
@@ -109,9 +120,9 @@ def cancel(run: RunDir, job_id: str) -> None:
     waiting = pending_of(run.read_ledger(), job_id)
     if waiting is None:
         return
-    result = subprocess.run(["scancel", waiting], capture_output=True, text=True, timeout=60, env=slurm_env())
-    if result.returncode == 0:
-        print(f"[continuation] cancelled job {waiting}, queued to follow job {job_id}: the run stops here")
-    else:
-        print(f"[continuation] could not cancel job {waiting} ({result.stderr.strip()}); it will exit at once",
-              file=sys.stderr)
+    try:
+        calls.cancel([waiting], in_job=True)
+    except SlurmError as err:
+        print(f"[continuation] could not cancel job {waiting} ({err}); it will exit at once", file=sys.stderr)
+        return
+    print(f"[continuation] cancelled job {waiting}, queued to follow job {job_id}: the run stops here")

@@ -29,7 +29,7 @@ from hpc.launcher.jobspec import (
 from hpc.launcher.single_run import checked_script, print_preview, spec_from_args, submit_run
 from hpc.run.rundir import SweepDir
 from hpc.launcher import submit as slurm
-from hpc.launcher.submit import SlurmError
+from hpc.slurm.calls import SlurmError
 
 
 def integer(text: str) -> int:

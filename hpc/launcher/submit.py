@@ -1,35 +1,26 @@
-"""Talking to Slurm: sbatch (test-only and real), squeue for active jobs.
-
-Every call takes an explicit argument list (no shell), so paths and names are
-passed exactly as they are.
+"""What the launcher asks of Slurm (through hpc/slurm, the one Slurm layer): whether sbatch is
+here at all (the message when it is not), the job script submitted (test-only and real),
+the run's jobs still in the queue; and the git commit a launch records.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from hpc.errors import UsageError
+from hpc.slurm.calls import SlurmError, SlurmFailed, SlurmMissing, TestOnly, queue_states, sbatch_command, submit, test_only
+from hpc.slurm.states import QUEUED
 from hpc.synced_checkout import synced_commit
+
+__all__ = ["SlurmError", "TestOnly", "sbatch_command", "submit", "test_only", "active_jobs", "require_sbatch",
+           "sbatch_path", "git_commit"]
 
 NO_SLURM = (
     "no Slurm found: 'sbatch' is not on the PATH. Preview with --dry_run, or start the "
     "project's own Slurm on this machine with: bash scripts/local_slurm.sh up"
 )
-ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
-                 "REQUEUE_FED", "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"}
-
-
-class SlurmError(RuntimeError):
-    """Slurm refused or failed a command; the message carries its stderr."""
-
-
-@dataclass(frozen=True)
-class TestOnly:
-    ok: bool
-    message: str
 
 
 def sbatch_path() -> str | None:
@@ -43,62 +34,14 @@ def require_sbatch() -> str:
     return path
 
 
-def sbatch_command(script: Path, dependency: str | None = None, options: tuple[str, ...] = ()) -> list[str]:
-    """The exact sbatch command for a script (shown by the dry run, run by submit); ``options``
-    override the script's own #SBATCH lines (a pack job with fewer runs asks for fewer GPUs)."""
-    command = ["sbatch", "--parsable", *options]
-    if dependency:
-        command.append(f"--dependency={dependency}")
-    command.append(str(script))
-    return command
-
-
-def test_only(script_text: str) -> TestOnly:
-    """Ask the live scheduler whether it would accept the script; submits nothing.
-
-    The script goes through stdin so a dry run writes no file."""
-    result = subprocess.run(
-        ["sbatch", "--test-only"], input=script_text, capture_output=True, text=True, timeout=60
-    )
-    message = (result.stderr + result.stdout).strip()
-    return TestOnly(result.returncode == 0, message)
-
-
-def submit(script: Path, dependency: str | None = None, env: dict[str, str] | None = None,
-           options: tuple[str, ...] = ()) -> str:
-    """Submit and return the job id (``sbatch --parsable`` prints ``id[;cluster]``).
-
-    ``env``: the environment for sbatch (a job submitting its follower passes one
-    without its own SLURM_* variables; see hpc.job.slurm_calls.slurm_env)."""
-    result = subprocess.run(sbatch_command(script, dependency, options), capture_output=True, text=True,
-                            timeout=120, env=env)
-    if result.returncode != 0:
-        raise SlurmError(f"sbatch of {script} failed (exit {result.returncode}): "
-                         f"{(result.stderr or result.stdout).strip()}")
-    job_id = result.stdout.strip().split(";")[0]
-    if not job_id.isdigit():
-        raise SlurmError(f"sbatch printed no job id: {result.stdout.strip()!r}")
-    return job_id
-
-
-def job_states(job_ids: list[str]) -> dict[str, str]:
-    """State of each job Slurm still knows in its queue (finished ones drop out)."""
-    if not job_ids or shutil.which("squeue") is None:
-        return {}
-    result = subprocess.run(
-        ["squeue", "-h", "-o", "%i %T", "-j", ",".join(job_ids)],
-        capture_output=True, text=True, timeout=60,
-    )
-    states = {}
-    for line in result.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            states[parts[0]] = parts[1]
-    return states
-
-
 def active_jobs(job_ids: list[str]) -> dict[str, str]:
-    return {job: state for job, state in job_states(job_ids).items() if state in ACTIVE_STATES}
+    """The state of each of these jobs still in the queue; none known where squeue is missing or
+    refuses (a squeue that does not answer in time is a SlurmError: the launch stops)."""
+    try:
+        states = queue_states(job_ids)
+    except (SlurmMissing, SlurmFailed):
+        return {}
+    return {job: state for job, state in states.items() if state in QUEUED}
 
 
 def git_commit(repo: Path) -> str | None:

@@ -6,7 +6,7 @@ few seconds on a login node.
 
 Sources, all read through hpc/run/rundir.py except Slurm's own record:
 
-- ``sacct -X -D`` (:func:`query_sacct`): every run of every job of the run (a
+- ``sacct -X -D`` (``hpc.slurm.calls.job_runs``): every run of every job of the run (a
   requeued job keeps its id and has one row per run): submit, start, end,
   elapsed seconds, nodes, and the GPUs in ``AllocTRES``;
 - the ledger: which jobs are the run's, the cluster they ran on (whose
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -53,9 +52,10 @@ from typing import Any, Callable, Iterable, Sequence
 from hpc.run import health
 from hpc.run.rundir import RunDir
 from hpc.run.steps import Step, parse_time, span
-
-FS = "\x1f"  # sacct's field delimiter here: no field holds it
-SACCT_FIELDS = ("JobID", "State", "Submit", "Eligible", "Start", "End", "ElapsedRaw", "NNodes", "AllocTRES")
+from hpc.slurm import calls
+from hpc.slurm.calls import SlurmError
+from hpc.slurm.output import SacctRow, run_order
+from hpc.slurm.states import JobState
 # A successor (hpc/job/successor.py) is submitted when its predecessor starts, hours before the
 # ``resubmit`` that names it: its ``successor`` record is its submission.
 SUBMITTING_EVENTS = ("submit", "chain", "successor", "resubmit")
@@ -83,26 +83,7 @@ SHORT = {"starting": "start-up", "between": "validation", "stalled": "stalled", 
 ENDED_BADLY = ("failed",)  # job_end outcomes whose step in flight died with the job
 
 
-class SacctError(RuntimeError):
-    """sacct could not be asked (missing, failing, timing out); the message says why."""
-
-
 # -- records ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SacctRow:
-    """One row of ``sacct -X -D``: one run of a job (a requeued job has one per run)."""
-
-    job_id: str
-    state: str
-    submit: datetime | None
-    eligible: datetime | None
-    start: datetime | None
-    end: datetime | None  # None while it runs (or waits)
-    elapsed: int  # seconds, sacct's ElapsedRaw (up to now while it runs)
-    nodes: int
-    gpus: int  # gres/gpu of AllocTRES: the whole allocation's GPUs
 
 
 @dataclass(frozen=True)
@@ -264,85 +245,6 @@ class RunAccounting:
         return None if per_step is None or remaining is None else remaining * per_step
 
 
-# -- sacct -----------------------------------------------------------------------------------------
-
-
-def sacct_command(job_ids: Iterable[str]) -> list[str]:
-    return ["sacct", "-X", "-D", "-n", "-P", f"--delimiter={FS}", "-j", ",".join(job_ids),
-            "-o", ",".join(SACCT_FIELDS)]
-
-
-def query_sacct(job_ids: Iterable[str], timeout: float = 60) -> list[SacctRow]:
-    """Every run of these jobs, in one sacct call (none asked: none returned)."""
-    ids = sorted({j for j in job_ids if j and j.split("_")[0].isdigit()}, key=lambda j: (len(j), j))
-    if not ids:
-        return []
-    try:
-        result = subprocess.run(sacct_command(ids), capture_output=True, text=True, errors="replace",
-                                timeout=timeout)
-    except FileNotFoundError:
-        raise SacctError("'sacct' not found: the Slurm client commands are not installed or not on PATH") from None
-    except subprocess.TimeoutExpired:
-        raise SacctError(f"sacct did not answer within {timeout:.0f} s") from None
-    if result.returncode != 0:
-        first = next((line for line in (result.stderr + result.stdout).splitlines() if line.strip()), "?")
-        raise SacctError(f"sacct failed: {first.strip()}")
-    return parse_sacct(result.stdout)
-
-
-def parse_sacct(text: str) -> list[SacctRow]:
-    """Rows of ``sacct -X -D -n -P --delimiter=\\x1f -o SACCT_FIELDS``; odd lines are skipped."""
-    rows = []
-    for line in text.splitlines():
-        parts = line.split(FS)
-        if len(parts) == len(SACCT_FIELDS):
-            rows.append(sacct_row(dict(zip(SACCT_FIELDS, parts))))
-    return rows
-
-
-def sacct_row(f: dict[str, str]) -> SacctRow:
-    return SacctRow(job_id=f["JobID"], state=(f["State"].split() or ["?"])[0], submit=sacct_time(f["Submit"]),
-                    eligible=sacct_time(f["Eligible"]), start=sacct_time(f["Start"]), end=sacct_time(f["End"]),
-                    elapsed=to_int(f["ElapsedRaw"]), nodes=to_int(f["NNodes"]), gpus=tres_gpus(f["AllocTRES"]))
-
-
-def sacct_time(text: str) -> datetime | None:
-    """sacct prints local time without a zone; "Unknown"/"None" while not yet known."""
-    try:
-        return datetime.fromisoformat(text.strip()).astimezone()
-    except ValueError:
-        return None
-
-
-def to_int(text: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        return 0
-
-
-def tres_gpus(tres: str) -> int:
-    """GPUs in a TRES string (``billing=2,cpu=2,gres/gpu=4,mem=2G,node=2``: 4; none: 0)."""
-    for item in tres.split(","):
-        name, _, count = item.partition("=")
-        if name == "gres/gpu":
-            return to_int(count)
-    return 0
-
-
-def latest_states(rows: Iterable[SacctRow]) -> dict[str, str]:
-    """Each job's state in its latest run (a requeued job's earlier runs say REQUEUED)."""
-    states: dict[str, str] = {}
-    for row in sorted(rows, key=row_order):
-        states[row.job_id] = row.state
-    return states
-
-
-def row_order(row: SacctRow) -> tuple[datetime, datetime]:
-    far = datetime.max.replace(tzinfo=timezone.utc)
-    return row.start or far, row.submit or far
-
-
 def number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -399,7 +301,7 @@ class Owners:
     def __init__(self, rows: Iterable[SacctRow], now: datetime):
         self.now = now
         self.by_id: dict[str, list[SacctRow]] = {}
-        for row in sorted((r for r in rows if r.start is not None), key=row_order):
+        for row in sorted((r for r in rows if r.start is not None), key=run_order):
             self.by_id.setdefault(row.job_id, []).append(row)
 
     def of(self, job_id: str, moment: datetime) -> SacctRow | None:
@@ -597,7 +499,7 @@ def account(name: str, files: RunFiles, rows: Iterable[SacctRow], charging: Char
     (hpc.run.health.HealthSettings; default, its defaults)."""
     now = now or datetime.now(timezone.utc)
     starts = job_starts([files.ledger]) if starts is None else starts
-    ordered = sorted(rows_of_run(files.ledger, rows, now), key=row_order)
+    ordered = sorted(rows_of_run(files.ledger, rows, now), key=run_order)
     owners = Owners(ordered, now)
     facts = facts_by_row(owners, files)
     jobs, previous_end, attempts = [], None, {}
@@ -615,7 +517,7 @@ def account(name: str, files: RunFiles, rows: Iterable[SacctRow], charging: Char
 
 def with_stall(known: JobFacts, row: SacctRow, files: RunFiles, now: datetime, settings: Any) -> JobFacts:
     """A running job's facts, marked stalled when hpc/run/health.py flags the run STALLED."""
-    if row.end is not None or row.start is None or row.state != "RUNNING":
+    if row.end is not None or row.start is None or row.state != JobState.RUNNING:
         return known
     flag = health.stalled(files.steps, files.validations, row.job_id, row.start, now,
                           settings or health.HealthSettings())
@@ -736,7 +638,7 @@ def sibling_ledgers(run: RunDir) -> list[list[dict[str, Any]]]:
 def account_run(run: RunDir, now: datetime | None = None) -> RunAccounting:
     """The accounting of one run directory: its own sacct call (status.sh makes one for all runs)."""
     files = RunFiles.read(run)
-    rows = query_sacct(run_job_ids(files.ledger))
+    rows = calls.job_runs(run_job_ids(files.ledger))
     starts = job_starts([files.ledger, *sibling_ledgers(run)])
     return account(run.name, files, rows, charging_of(cluster_of(files.ledger)), starts, now, stall_settings())
 
@@ -765,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         print(render_text(account_run(run)))
-    except SacctError as err:
+    except SlurmError as err:
         print(f"python -m hpc.accounting: error: {err}", file=sys.stderr)
         return 1
     return 0

@@ -17,6 +17,7 @@ from hpc.run import accounting
 from hpc.run.accounting import KINDS, LABELS, JobRun, RunAccounting
 from hpc.run.report import DPI, FIG_SIZE, SECTIONS, pyplot, table
 from hpc.run.rundir import RunDir
+from hpc.slurm.calls import SlurmError
 
 PICTURE = "accounting.png"
 COLORS = {
@@ -89,7 +90,7 @@ def section(run: RunDir, out: Path) -> list[str]:
     lines = ["## Accounting", ""]
     try:
         acc = accounting.account_run(run)
-    except accounting.SacctError as err:
+    except SlurmError as err:
         return lines + [f"Slurm's accounting could not be asked ({err}); the GPU-hours need its records.", ""]
     if not any(j.segments for j in acc.jobs):
         return lines + ["No job of this run is in Slurm's accounting yet.", ""]

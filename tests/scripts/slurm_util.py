@@ -5,7 +5,6 @@ never see (or cancel) each other's jobs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,7 +13,6 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
-from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
@@ -90,16 +88,6 @@ def cancel(job_ids: list[str]) -> None:
 
 
 # --- without a cluster ---------------------------------------------------------------------
-
-
-def load_monitor() -> ModuleType:
-    """scripts/monitor.py as a module (it is a script, not a package member)."""
-    spec = importlib.util.spec_from_file_location("hpc_monitor_report", SCRIPTS / "monitor.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
 
 
 def bin_without_slurm(directory: Path) -> Path:

@@ -20,16 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from hpc.run.monitor.display import printable
 from hpc.run.rundir import RunDir
 from tests.hpc.slurm_helpers import launch
 from tests.scripts.slurm_util import (
-    REPO, SCRIPTS, bin_without_slurm, calls, cancel, fake_slurm, load_monitor, run_script, sbatch,
+    REPO, SCRIPTS, bin_without_slurm, calls, cancel, fake_slurm, run_script, sbatch,
     unique_prefix, wait_final, wait_running,
 )
 
 HELPERS = ["status.sh", "sfail.sh", "scompleted.sh", "scancelled.sh", "scancelall.sh", "rmlogs.sh"]
 SACCT_VIEWS = ["sfail.sh", "scompleted.sh", "scancelled.sh"]
-printable = load_monitor().printable
 
 
 def user() -> str:
@@ -272,8 +272,8 @@ def test_status_names_a_parked_run_with_the_job_that_ended_it_and_the_command_th
 
 
 def _sacct_time(seconds_ago: float) -> str:
-    """A time as sacct prints it: local, without a zone."""
-    return (datetime.now() - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%S")
+    """A time as sacct prints it without a zone, in UTC: hpc/slurm asks with TZ=UTC0."""
+    return (datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def _utc(seconds_ago: float) -> str:

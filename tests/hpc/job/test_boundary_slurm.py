@@ -23,7 +23,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from hpc.job.deadline import JobEnd, end_time_from_squeue, query_slurm_end
+from hpc.job.deadline import JobEnd, query_slurm_end
+from hpc.slurm.times import parse_time
 from hpc.run.rundir import RunDir
 from tests.doubles.step_trainer import read_steps
 from tests.hpc.slurm_helpers import launch
@@ -121,7 +122,7 @@ def test_the_jobs_end_is_read_from_slurm_in_utc_and_a_longer_time_limit_is_seen(
         monkeypatch.setenv("TZ", "Europe/Berlin")  # the caller's zone does not matter
         berlin = subprocess.run(["squeue", "-h", "-j", job, "-o", "%S %e"], capture_output=True, text=True,
                                 timeout=30).stdout.split()
-        start, end = (end_time_from_squeue(t, ZoneInfo("Europe/Berlin")) for t in berlin)
+        start, end = (parse_time(t, ZoneInfo("Europe/Berlin")).timestamp() for t in berlin)  # type: ignore[union-attr]
         assert end - start == 120
         clock = [0.0]
         job_end = JobEnd({"SLURM_JOB_ID": job}, clock=lambda: clock[0])

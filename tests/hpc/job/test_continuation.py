@@ -13,6 +13,7 @@ import pytest
 from hpc.job import continuation as cont
 from hpc.run.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, step_dir
 from hpc.run.rundir import RunDir
+from tests.doubles.slurm_output import queue_text, runs_text
 from tests.doubles.step_trainer import safetensors_bytes
 
 REPO = Path(__file__).resolve().parents[3]
@@ -67,9 +68,11 @@ class FakeSlurm(list):
         if cmd[:2] == ["scontrol", "show"]:
             return subprocess.CompletedProcess(cmd, 0, self.show, "")
         if cmd[0] == "squeue":
-            return subprocess.CompletedProcess(cmd, 0, self.queue.get(cmd[-1], "") + "\n", "")
+            job = cmd[cmd.index("-j") + 1]
+            return subprocess.CompletedProcess(cmd, 0, queue_text({job: self.queue[job]} if job in self.queue else {}), "")
         if cmd[0] == "sacct":
-            return subprocess.CompletedProcess(cmd, 0, self.sacct, "")
+            job = cmd[cmd.index("-j") + 1]
+            return subprocess.CompletedProcess(cmd, 0, runs_text(job, self.sacct.split("\n")[:-1]), "")
         self.append(list(cmd))
         out = f"{500 + sum(1 for c in self if c[0] == 'sbatch')}\n" if cmd[0] == "sbatch" else ""
         return subprocess.CompletedProcess(cmd, 0, out, "")
@@ -78,7 +81,7 @@ class FakeSlurm(list):
 @pytest.fixture
 def slurm_calls(monkeypatch) -> FakeSlurm:
     fake = FakeSlurm()
-    monkeypatch.setattr(cont.subprocess, "run", fake.run)
+    monkeypatch.setattr(subprocess, "run", fake.run)
     monkeypatch.setattr(cont.signal, "signal", lambda *a: None)
     return fake
 
@@ -213,14 +216,13 @@ def test_unclosed_start_finds_a_job_lost_before_its_end_hook():
     ("", "", 0, cont.SlurmView()),  # Slurm did not answer: continue as usual
 ])
 def test_slurm_view_reads_requeue_and_cancel_from_scontrol_and_sacct(monkeypatch, show, sacct, restart_count, view):
-    answers = {"scontrol": show, "sacct": sacct}
-    monkeypatch.setattr(cont.subprocess, "run",
-                        lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, answers[cmd[0]], ""))
+    answers = {"scontrol": show, "sacct": runs_text("7", sacct.split("\n")[:-1])}
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, answers[cmd[0]], ""))
     assert cont.slurm_view("7", restart_count) == view
 
 
 def test_slurm_view_asks_nothing_outside_a_slurm_job(monkeypatch):
-    monkeypatch.setattr(cont.subprocess, "run", lambda *a, **kw: pytest.fail("Slurm was asked"))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **kw: pytest.fail("Slurm was asked"))
     assert cont.slurm_view("local", 0) == cont.SlurmView()
 
 
@@ -444,7 +446,7 @@ def test_a_refused_requeue_falls_back_to_afterany(run, model, monkeypatch):
             return subprocess.CompletedProcess(cmd, 0, "777;local\n", "")
         return subprocess.CompletedProcess(cmd, 0, "", "")  # queries: nothing known
 
-    monkeypatch.setattr(cont.subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "run", fake_run)
     monkeypatch.setattr(cont.signal, "signal", lambda *a: None)
     cont.end(end_args(run, model, 75, mode="requeue"))
     assert calls == ["scontrol", "sbatch"]
@@ -504,7 +506,7 @@ def test_end_gives_up_after_max_failures_without_progress(run, model, slurm_call
 
 
 def test_end_gives_up_when_the_follow_up_cannot_be_submitted(run, model, monkeypatch):
-    monkeypatch.setattr(cont.subprocess, "run",
+    monkeypatch.setattr(subprocess, "run",
                         lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "sbatch: error: QOSMaxSubmitJobPerUserLimit"))
     cont.end(end_args(run, model, 75))
     assert "QOSMaxSubmitJobPerUserLimit" in run.read_failed()["reason"]

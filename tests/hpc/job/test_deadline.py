@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from datetime import datetime, timezone
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given
@@ -24,9 +23,6 @@ from hpc.job.deadline import (
     StopRecord,
     decide,
     decide_start,
-    end_time_from_scontrol,
-    end_time_from_squeue,
-    parse_slurm_time,
     predict,
     record_stop,
     signal_grace,
@@ -36,13 +32,7 @@ from hpc.job.deadline import (
 )
 from hpc.run.rundir import RunDir
 
-# One line of `scontrol show job -o 45` on the local Slurm (shortened in the middle).
-SCONTROL = ("JobId=45 JobName=wrap UserId=root(0) GroupId=root(0) JobState=RUNNING Reason=None Requeue=1 "
-            "Restarts=0 RunTime=00:00:02 TimeLimit=00:02:00 TimeMin=N/A SubmitTime=2026-11-25T08:44:36 "
-            "EligibleTime=2026-11-25T08:44:36 StartTime=2026-11-25T08:44:36 EndTime=2026-11-25T08:46:36 "
-            "Deadline=N/A SuspendTime=None NodeList=n1")
 END_UTC = datetime(2026, 11, 25, 8, 46, 36, tzinfo=timezone.utc).timestamp()
-
 durations = st.lists(st.floats(0, 3600, allow_nan=False), max_size=20)
 settings = st.builds(BoundarySettings, st.integers(1, 10), st.floats(1, 3), st.floats(0, 120))
 
@@ -50,29 +40,8 @@ settings = st.builds(BoundarySettings, st.integers(1, 10), st.floats(1, 3), st.f
 # -- reading the end ---------------------------------------------------------------------------
 
 
-def test_scontrols_end_time_is_read_in_the_zone_slurm_printed_it_in() -> None:
-    assert end_time_from_scontrol(SCONTROL) == END_UTC
-    berlin = end_time_from_scontrol(SCONTROL, ZoneInfo("Europe/Berlin"))
-    assert END_UTC - berlin == 3600, "08:46 in Berlin (winter) is 07:46 UTC"
-
-
-def test_squeues_end_time_is_read_from_its_one_line() -> None:
-    assert end_time_from_squeue("2026-11-25T08:46:36\n") == END_UTC
-    assert end_time_from_squeue("") is None
-
-
-@pytest.mark.parametrize("text", ["Unknown", "None", "N/A", ""])
-def test_an_end_slurm_does_not_know_is_none(text: str) -> None:
-    assert parse_slurm_time(text) is None
-    assert end_time_from_scontrol(SCONTROL.replace("EndTime=2026-11-25T08:46:36", f"EndTime={text}")) is None
-
-
-def test_no_end_time_field_is_none() -> None:
-    assert end_time_from_scontrol("JobId=45 JobState=PENDING") is None
-
-
 class CountingSlurm:
-    """Stands in for the scontrol call (its parsing is tested above, the call itself in the Slurm test)."""
+    """Stands in for the scontrol call (its parsing: tests/hpc/slurm/test_output.py; the call: the Slurm test)."""
 
     def __init__(self, *answers: float | None) -> None:
         self.answers = list(answers)

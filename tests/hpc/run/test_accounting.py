@@ -16,6 +16,7 @@ from hpc.run import accounting
 from hpc.run.accounting import Charging, RunFiles, SacctRow, account
 from hpc.run.health import HealthSettings
 from hpc.run.rundir import RunDir
+from hpc.slurm import calls
 
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=timezone.utc)
 GRES = Charging("local", whole_nodes=False, gpus_per_node=2)
@@ -88,37 +89,6 @@ def requeued_run(fake: FakeRun) -> tuple[RunFiles, list[SacctRow]]:
     fake.event(440, "job_start", job_id="11", step=3).step(4, "11", 500, 580)
     rows = [row("11", "REQUEUED", 1, 60, 401), row("11", "RUNNING", 401, 438, None, now=638)]
     return fake.files(), rows
-
-
-# -- sacct -----------------------------------------------------------------------------------------------
-
-
-def test_sacct_rows_are_every_run_of_a_job_with_its_gpus_and_unknown_times_as_none():
-    fields = ["59", "REQUEUED", "2026-11-25T08:46:00", "2026-11-25T08:46:00", "2026-11-25T08:46:00",
-              "2026-11-25T08:46:05", "5", "1", "billing=1,cpu=1,gres/gpu=1,mem=1G,node=1"]
-    waiting = ["59", "PENDING", "2026-11-25T08:46:05", "2026-11-25T08:46:36", "Unknown", "Unknown", "0", "1",
-               ""]
-    cancelled = ["60", "CANCELLED by 0", "2026-11-25T08:47:00", "2026-11-25T08:47:00", "2026-11-25T08:47:01",
-                 "2026-11-25T08:49:01", "120", "2", "cpu=4,gres/gpu=4,node=2"]
-    text = "\n".join("\x1f".join(f) for f in (fields, waiting, cancelled)) + "\nnot a row\n"
-    first, pending, third = accounting.parse_sacct(text)
-    assert (first.job_id, first.state, first.elapsed, first.nodes, first.gpus) == ("59", "REQUEUED", 5, 1, 1)
-    assert first.end - first.start == timedelta(seconds=5) and first.start.tzinfo is not None
-    assert (pending.start, pending.end, pending.gpus) == (None, None, 0)
-    assert (third.state, third.gpus, third.nodes) == ("CANCELLED", 4, 2)
-    assert accounting.latest_states([first, pending, third]) == {"59": "PENDING", "60": "CANCELLED"}
-
-
-def test_one_sacct_call_asks_for_every_run_of_every_job():
-    command = accounting.sacct_command(["12", "3"])
-    assert command[:3] == ["sacct", "-X", "-D"] and "12,3" in command
-    assert command[-1] == ",".join(accounting.SACCT_FIELDS)
-
-
-@pytest.mark.parametrize("tres, gpus", [("billing=2,cpu=2,gres/gpu=4,mem=2G,node=2", 4), ("cpu=1,node=1", 0),
-                                        ("", 0), ("gres/gpu:a100=2,gres/gpu=2", 2)])
-def test_gpus_come_from_the_gres_gpu_count_of_alloc_tres(tres, gpus):
-    assert accounting.tres_gpus(tres) == gpus
 
 
 # -- charging -----------------------------------------------------------------------------------------------
@@ -360,7 +330,7 @@ def test_gpu_hours_read_as_people_read_them(value, text):
 
 def test_the_command_prints_the_breakdown_per_job_and_the_runs_figures(fake, monkeypatch, capsys):
     files, rows = requeued_run(fake)
-    monkeypatch.setattr(accounting, "query_sacct", lambda ids: [r for r in rows if r.job_id in ids])
+    monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: [r for r in rows if r.job_id in ids])
     assert accounting.main([str(fake.path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Run r: where the GPU-hours went (2 job run(s))\nJOB ")

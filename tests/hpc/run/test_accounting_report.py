@@ -11,6 +11,8 @@ from hpc.run import accounting, report
 from hpc.run.accounting_report import COLORS, plot_timeline, section
 from hpc.run.report import DPI, FIG_SIZE
 from hpc.run.rundir import RunDir
+from hpc.slurm import calls
+from hpc.slurm.calls import SlurmFailed
 from tests.hpc.run.test_accounting import GRES, fake, requeued_run, row, t  # noqa: F401 (a fixture)
 
 ORANGE, GREEN, RED = (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28)  # tab: starting, training, lost
@@ -49,7 +51,7 @@ def test_a_successor_cancelled_the_second_it_was_queued_gets_an_empty_row(fake, 
 
 def test_the_report_gets_an_accounting_section_with_the_timeline_and_the_tables(fake, monkeypatch):  # noqa: F811
     files, rows = requeued_run(fake)
-    monkeypatch.setattr(accounting, "query_sacct", lambda ids: rows)
+    monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: rows)
     run = RunDir(fake.path)
     path = report.write_report(run)
     markdown = path.read_text()
@@ -64,12 +66,12 @@ def test_the_report_gets_an_accounting_section_with_the_timeline_and_the_tables(
 
 @pytest.mark.parametrize("trouble", ["sacct fails", "no job yet"])
 def test_without_slurms_records_the_section_says_why_in_one_line(tmp_path, monkeypatch, trouble):
-    def query(ids):
+    def query(ids, *args, **kwargs):
         if trouble == "sacct fails":
-            raise accounting.SacctError("sacct failed: slurmdbd is down")
+            raise SlurmFailed("sacct failed: slurmdbd is down", 1, "slurmdbd is down")
         return []
 
-    monkeypatch.setattr(accounting, "query_sacct", query)
+    monkeypatch.setattr(calls, "job_runs", query)
     run = RunDir(tmp_path / "r")
     run.append_ledger("submit", job_id="5", cluster="local")
     lines = section(run, tmp_path)

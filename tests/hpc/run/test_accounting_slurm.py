@@ -33,6 +33,7 @@ import pytest
 from hpc.run import accounting
 from hpc.run.report import DPI, FIG_SIZE, main as report_main
 from hpc.run.rundir import RunDir
+from hpc.slurm.output import tres_gpus
 from tests.doubles.webhook_receiver import WebhookReceiver
 from tests.hpc.slurm_helpers import cancel, launch
 from tests.scripts.slurm_util import run_script, unique_prefix
@@ -157,7 +158,7 @@ def test_gpu_hours_are_what_sacct_says_for_every_run_of_every_job(finished):
     rows = sacct_rows(job_ids(run))
     assert [state for *_, state in rows] == ["REQUEUED", "REQUEUED", "COMPLETED"]
     assert len(acc.jobs) == 3 and [j.attempt for j in acc.jobs] == [0, 1, 2]
-    by_sacct = sum(elapsed * accounting.tres_gpus(tres) for _, elapsed, tres, _ in rows) / 3600
+    by_sacct = sum(elapsed * tres_gpus(tres) for _, elapsed, tres, _ in rows) / 3600
     assert acc.gpu_hours == pytest.approx(by_sacct) and by_sacct > 0
     assert acc.node_hours == pytest.approx(sum(elapsed for _, elapsed, _, _ in rows) / 3600)
     assert [j.gpus for j in acc.jobs] == [1, 1, 1]

@@ -1,0 +1,64 @@
+"""The commands of ``python -m hpc.run.monitor`` (scripts/common.sh runs them for the helpers):
+
+    runs-dir                                               the launcher's default runs directory
+    queue USER RUNS_DIR [RUN]                              the user's queued and running jobs
+    runs USER RUNS_DIR [RUN]                               one line per run directory
+    ended LABEL STATES START USER RUNS_DIR PREFIX TAIL_LINES   sacct view of ended jobs with their logs
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+from hpc.run.monitor.display import Failure
+from hpc.run.monitor.ended import ended_view
+from hpc.run.monitor.queue import queue_view
+from hpc.run.monitor.runs import runs_view
+
+PROG = os.environ.get("HPC_PROG") or "python -m hpc.run.monitor"
+
+
+def launcher_runs_dir() -> Path:
+    """The launcher's default, by the launcher's code (hpc/launcher/single_run.py spec_from_args):
+    RUNS_DIR from the merged dotenv of the detected cluster, else <repo>/runs."""
+    try:
+        from hpc.launcher.clusters import load_registry
+        from hpc.errors import UsageError
+        from hpc.launcher.jobspec import env_layers, outer_env, resolve_runs_dir
+    except ImportError as err:
+        raise Failure(f"cannot work out the launcher's runs directory ({err}; run setup.sh, "
+                      "or pass --runs_dir DIR)")
+    try:
+        cluster = load_registry().detect().cluster
+        return resolve_runs_dir(None, env_layers(cluster, []), outer_env(cluster))
+    except UsageError as err:
+        raise Failure(f"cannot work out the launcher's runs directory: {err} (pass --runs_dir DIR)")
+
+
+# --- command line ----------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> int:
+    command, args = (argv[0], argv[1:]) if argv else ("", [])
+    caller = os.environ.pop("HPC_CALLER_DIR", "")
+    if caller:  # scripts/common.sh runs this from the repository: relative paths are the user's
+        with contextlib.suppress(OSError):
+            os.chdir(caller)
+    try:
+        if command == "runs-dir" and not args:
+            print(launcher_runs_dir())
+        elif command in ("queue", "runs") and len(args) in (2, 3):
+            view = queue_view if command == "queue" else runs_view
+            view(args[0], Path(args[1]), args[2] if len(args) == 3 else "")
+        elif command == "ended" and len(args) == 7:
+            label, states, start, user, runs_dir, prefix, lines = args
+            ended_view(label, states, start, user, Path(runs_dir), prefix, int(lines))
+        else:
+            raise Failure(f"hpc.run.monitor: bad arguments {argv!r} (see its docstring)", 2)
+    except Failure as err:
+        print(f"{PROG}: error: {err}" if err.code == 1 else f"{PROG}: {err}", file=sys.stderr)
+        return err.code
+    return 0
