@@ -23,7 +23,7 @@ from tests.trainer.training.test_train import JUDGE_MODEL, Run, train_in_process
 from tests.trainer.conftest import art_e_data_dir  # noqa: F401 (a fixture)
 from tests.trainer.training.test_train import run, server  # noqa: F401 (fixtures)
 from trainer.evaluation.eval import main as eval_main
-from trainer.training.train import StopRequest
+from trainer.training.stop_request import StopRequest
 
 pytestmark = pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
 REPO = Path(__file__).resolve().parents[3]

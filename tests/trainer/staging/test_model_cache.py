@@ -101,7 +101,8 @@ def test_stage_model_with_an_unknown_config_is_one_line_exit_2(capsys) -> None:
 @pytest.mark.parametrize("offline", ["1", "0"])
 def test_the_trainer_checks_the_cache_only_offline_and_only_for_arts_backend(tmp_path: Path, offline: str) -> None:
     from trainer.training.config import load_config
-    from trainer.training.train import SetupError, check_models_cached
+    from trainer.training.backend import check_models_cached
+    from trainer.training.exits import SetupError
 
     env = {"HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": offline}
     check_models_cached(load_config("agent_008", ["backend=tests.doubles.art_backend:FakeBackend"]), env)

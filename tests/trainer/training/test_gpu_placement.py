@@ -1,4 +1,4 @@
-"""Where ART puts training and vLLM in gpu_mode dedicated (trainer.training.train.gpu_placement).
+"""Where ART puts training and vLLM in gpu_mode dedicated (trainer.training.backend.gpu_placement).
 
 ART writes trainer_gpu_ids and inference_gpu_ids into CUDA_VISIBLE_DEVICES as they are
 (art/local/backend.py for its trainer, art/unsloth/service.py for vLLM), so the ids must be
@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainer.training.train import SetupError, gpu_placement
+from trainer.training.backend import gpu_placement
+from trainer.training.exits import SetupError
 
 
 def test_dedicated_mode_trains_on_the_runs_first_gpu_and_serves_from_its_second() -> None:

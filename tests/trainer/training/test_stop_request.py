@@ -1,4 +1,4 @@
-"""The trainer's stop request keeps its signals (trainer.training.train.StopRequest.reclaim).
+"""The trainer's stop request keeps its signals (trainer.training.stop_request.StopRequest.reclaim).
 
 On an H200 in gpu_mode dedicated, where ART runs Unsloth inside the trainer's process, a
 SIGUSR1 after step 2 was never seen and the run trained to its end (bench/gpu_proof.py's
@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from trainer.training.train import STOP_SIGNALS, StopRequest
+from trainer.training.stop_request import STOP_SIGNALS, StopRequest
 
 
 @pytest.fixture

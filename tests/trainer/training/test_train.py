@@ -32,21 +32,15 @@ from hpc.run.checkpoints import ADAPTER_CONFIG, INCOMPLETE, is_complete, list_ch
 from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
 from tests.doubles.art_backend import TRAINING_MARKER, read_calls, read_train_log, save_adapter
 from tests.doubles.openai_server import OpenAIServer, Reply, failure, text, tool_call
-from trainer.training import train as trainer_train
+from trainer.training import environment, loop
+from trainer.training.backend import backend_class, build_model, server_config
+from trainer.training.boundary import resume_step
 from trainer.training.config import load_config
+from trainer.training.environment import Paths, configure_environment, metrics_reporters, resolve_paths
+from trainer.training.exits import SetupError
+from trainer.training.progress import total_steps
+from trainer.training.stop_request import StopRequest
 from trainer.training.training_step import TrainedNothing
-from trainer.training.train import (
-    Paths,
-    SetupError,
-    StopRequest,
-    backend_class,
-    build_model,
-    configure_environment,
-    metrics_reporters,
-    resolve_paths,
-    resume_step,
-    total_steps,
-)
 
 # litellm noise: its response objects trip pydantic's serializer checks, and its logging worker
 # drops a success callback when a test's event loop closes.
@@ -156,7 +150,7 @@ def run(tmp_path: Path, art_e_data_dir: Path, server: OpenAIServer, monkeypatch:
 def train_in_process(stop: StopRequest | None = None, overrides: list[str] = OVERRIDES) -> int:
     config = load_config(CONFIG, overrides)
     paths = resolve_paths(CONFIG, config, os.environ)
-    return asyncio.run(trainer_train.train(config, paths, stop or StopRequest()))
+    return asyncio.run(loop.train(config, paths, stop or StopRequest()))
 
 
 def batch_scenario_ids(art_e_data_dir: Path) -> list[list[int]]:
@@ -714,17 +708,15 @@ def test_progress_bars_are_off_in_job_logs_but_not_in_a_terminal(tmp_path: Path)
 
 
 def test_wandb_logging_needs_an_api_key_and_the_wandb_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trainer_train.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(environment.importlib.util, "find_spec", lambda name: object())
     assert metrics_reporters({}) == []
     assert metrics_reporters({"WANDB_API_KEY": "k"}) == ["wandb"]
-    monkeypatch.setattr(trainer_train.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(environment.importlib.util, "find_spec", lambda name: None)
     assert metrics_reporters({"WANDB_API_KEY": "k"}) == []
 
 
 def test_a_pack_jobs_vllm_port_is_what_art_serves_the_run_on():
     """Each run of a pack job gets its own port (hpc/job/pack.py); ART's register takes it as vLLM's."""
-    from trainer.training.train import server_config
-
     assert server_config({"HPC_VLLM_PORT": "41234"}) == {"server_args": {"port": 41234}}
     assert server_config({}) is None and server_config({"HPC_VLLM_PORT": "x"}) is None
 

@@ -21,7 +21,7 @@ from tests.doubles.art_backend import save_adapter
 from tests.trainer.training.test_train import JUDGE_MODEL, OVERRIDES, Run, train_in_process
 from tests.trainer.training.test_train import run, server  # noqa: F401 (fixtures)
 from trainer.evaluation.engine import summarize
-from trainer.training.train import StopRequest
+from trainer.training.stop_request import StopRequest
 from trainer.training.validation import best_step, is_due
 
 pytestmark = pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")

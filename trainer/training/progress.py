@@ -1,0 +1,79 @@
+"""What each step reports: its statistics (reward, accuracy, judge failures, spread), the run's
+step count, and ``progress.json`` with the ETA.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+from hpc.run.rundir import RunDir
+from trainer.training.config import TrainerConfig
+from trainer.training.training_step import reward_spread
+
+if TYPE_CHECKING:
+    import art
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What progress.json reports about a step's trajectories."""
+
+    trajectories: int
+    exceptions: int
+    reward_mean: float | None
+    answer_accuracy: float | None
+    judge_failures: int
+    reward_spread: float | None = None  # mean within-group reward std: 0 means GRPO has nothing to learn
+
+
+def step_stats(groups: Iterable["art.TrajectoryGroup"]) -> StepStats:
+    groups = list(groups)
+    trajectories = [t for group in groups for t in group.trajectories]
+    rewards = [t.reward for t in trajectories]
+    answers = [float(t.metrics["answer_correct"]) for t in trajectories if "answer_correct" in t.metrics]
+    return StepStats(
+        trajectories=len(trajectories),
+        exceptions=sum(len(group.exceptions) for group in groups),
+        reward_mean=mean(rewards),
+        answer_accuracy=mean(answers),
+        judge_failures=int(sum(float(t.metrics.get("judge_failed", 0)) for t in trajectories)),
+        reward_spread=mean([reward_spread(group) for group in groups]),
+    )
+
+
+def mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def total_steps(num_scenarios: int, config: TrainerConfig) -> int:
+    """How many steps ``iterate_dataset`` yields over the whole run (its own formula)."""
+    return math.ceil(num_scenarios / config.groups_per_step) * config.num_epochs
+
+
+class StepClock:
+    """Seconds per step over this job's steps, for the ETA in progress.json."""
+
+    def __init__(self) -> None:
+        self.durations: list[float] = []
+
+    def add(self, seconds: float) -> None:
+        self.durations.append(seconds)
+
+    @property
+    def seconds_per_step(self) -> float:
+        return sum(self.durations) / len(self.durations)
+
+
+def write_progress(run_dir: RunDir, *, step: int, total: int, epoch: int, stats: StepStats, clock: StepClock) -> None:
+    run_dir.write_progress({
+        "step": step,
+        "total_steps": total,
+        "epoch": epoch,  # 0-based, as ART's iterate_dataset counts
+        "reward_mean": stats.reward_mean,
+        "answer_accuracy": stats.answer_accuracy,
+        "judge_failures": stats.judge_failures,
+        "seconds_per_step": round(clock.seconds_per_step, 1),
+        "eta_seconds": round(max(total - step, 0) * clock.seconds_per_step),
+    })
