@@ -6,8 +6,9 @@ them; health sits apart from accounting so that accounting can ask it whether a 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any
+from datetime import datetime
+
+from hpc.run.fields import parse_time  # noqa: F401 - where every record's times are read
 
 
 @dataclass(frozen=True)
@@ -20,15 +21,6 @@ class Step:
     end: datetime
     seconds: float
     reward_spread: float | None = None
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An ISO-8601 time of the run's records (UTC, hpc.run.rundir.utc_now), aware."""
-    try:
-        moment = datetime.fromisoformat(str(value))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def span(seconds: float | None) -> str:
