@@ -143,9 +143,13 @@ hpc_remote_intercept() {
 # --runs_dir DIR if given, else the launcher's own default, worked out by the
 # launcher's code: RUNS_DIR from the merged dotenv of this cluster
 # (dotenv/common.env, dotenv/<cluster>.env, .env), else <repo>/runs.
+# A given one that is there but no folder is refused (one not there yet has no runs).
 hpc_runs_dir() {
   local given=${1:-}
   if [[ -n $given ]]; then
+    if [[ -e $given && ! -d $given ]]; then
+      hpc_usage_error "bad --runs_dir '$(hpc_printable "$given")': not a directory (accepted: a directory of runs)"
+    fi
     echo "$given"
   else
     hpc_monitor runs-dir || exit 1

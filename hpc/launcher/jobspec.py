@@ -21,7 +21,7 @@ from hpc.errors import UsageError
 from hpc.launcher.managed_vars import refuse_managed
 from hpc.launcher.network import Tunnel
 from hpc.job.ray_cluster import highest_port
-from hpc.run.rundir import RunDir
+from hpc.run.rundir import RUN_NAME_RE, RunDir
 from hpc.launcher.timelimit import ACCEPTED as TIME_FORMATS
 from hpc.launcher.timelimit import format_minutes, parse_time_limit
 
@@ -46,7 +46,7 @@ PRINTED_SETTINGS = ("RUNS_DIR", "ART_PATH", "DATA_DIR", "HF_HOME", "HF_HUB_CACHE
                     "HPC_RAY_JOIN_TIMEOUT")
 
 # '=' and '+' appear in sweep runs' names (lr_sweep.learning_rate=2e-5.seed=1; hpc/launcher/sweeps.py).
-JOB_NAME_RE = re.compile(r"[A-Za-z0-9._=+-]{1,64}")
+JOB_NAME_RE = RUN_NAME_RE  # a job's name is its run's (hpc/run/rundir.py)
 MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 TRAIN_ARG_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 MEM_RE = re.compile(r"[0-9]+[KMGT]?")

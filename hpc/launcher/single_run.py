@@ -307,25 +307,18 @@ def _short(source: str) -> str:
 
 
 def write_run_files(spec: JobSpec, script: str) -> None:
-    """Script (never overwritten), logs dir, and the 0600 secrets file."""
+    """Script (never overwritten), logs dir, and the 0600 secrets file, none through a link
+    (hpc/run/rundir.py: a run's files stay inside its directory)."""
     run_dir = spec.run_dir
-    run_dir.scripts_dir.mkdir(parents=True, exist_ok=True)
-    run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
-    with open(spec.script_path, "x") as handle:
-        handle.write(script)
-    os.chmod(spec.script_path, 0o755)
+    run_dir.make_dirs(run_dir.logs_dir)
+    run_dir.write_new(spec.script_path, script.encode(), 0o755)
     write_secrets(run_dir, spec.env.secret_values())
 
 
 def write_secrets(run_dir: RunDir, secrets: dict[str, str]) -> None:
-    path = run_dir.secrets_file
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write("# Secrets for this run, read by the job at run time. Keep mode 0600.\n")
-        for name, value in secrets.items():
-            handle.write(f"{name}={shlex.quote(value)}\n")
-    os.replace(tmp, path)
+    lines = ["# Secrets for this run, read by the job at run time. Keep mode 0600.\n",
+             *(f"{name}={shlex.quote(value)}\n" for name, value in secrets.items())]
+    run_dir.write_bytes(run_dir.secrets_file, "".join(lines).encode(), 0o600)
 
 
 class ActiveJobs(UsageError):

@@ -308,10 +308,8 @@ def prepared(run: Planned, sweep: str, restart: bool) -> bool:
 
 def write_pack_files(spec: JobSpec) -> None:
     """The pack's script and secrets in the sweep's directory (the script is never overwritten)."""
-    spec.run_dir.scripts_dir.mkdir(parents=True, exist_ok=True)
-    spec.run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
-    with open(spec.script_path, "x") as handle:
-        handle.write(single_run.checked_script(spec))
+    spec.run_dir.make_dirs(spec.run_dir.logs_dir)
+    spec.run_dir.write_new(spec.script_path, single_run.checked_script(spec).encode(), 0o755)
     single_run.write_secrets(spec.run_dir, spec.env.secret_values())
 
 

@@ -47,11 +47,11 @@ import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from hpc.run import health
 from hpc.run.rundir import RunDir
-from hpc.run.steps import Step, parse_time, span
+from hpc.run.steps import Step, parse_time, read_steps, span
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
 from hpc.slurm.output import SacctRow, run_order
@@ -245,32 +245,10 @@ class RunAccounting:
         return None if per_step is None or remaining is None else remaining * per_step
 
 
-def number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def read_steps(run: RunDir) -> list[Step]:
-    """steps.jsonl as records, in the order they were trained; records without times are skipped."""
-    steps = []
-    for record in objects(run.read_steps):
-        end, seconds = parse_time(record.get("ended")), number(record.get("seconds"))
-        start = parse_time(record.get("started")) if seconds is None else None
-        if end is None or (seconds is None and start is None):
-            continue
-        seconds = seconds if seconds is not None else (end - start).total_seconds()  # type: ignore[operator]
-        steps.append(Step(int(record.get("step") or 0), str(record.get("job_id", "")), end - timedelta(seconds=seconds),
-                          end, seconds, number(record.get("reward_spread"))))
-    return steps
-
-
 def read_stops(run: RunDir) -> list[Stop]:
-    stops = []
-    for record in objects(run.read_stops):
-        moment = parse_time(record.get("time"))
-        if moment is not None:
-            stops.append(Stop(str(record.get("job_id", "")), moment, str(record.get("reason", "")),
-                              number(record.get("lost_rollout_seconds")) or 0.0))
-    return stops
+    """stops.jsonl as records (the run's reader skipped and named any that is not one)."""
+    return [Stop(str(record.get("job_id", "")), parse_time(record["time"]), str(record.get("reason", "")),  # type: ignore[arg-type]
+                 float(record.get("lost_rollout_seconds") or 0.0)) for record in run.read_stops()]
 
 
 def run_job_ids(ledger: list[dict[str, Any]]) -> list[str]:
@@ -469,24 +447,9 @@ class RunFiles:
 
     @classmethod
     def read(cls, run: RunDir, ledger: list[dict[str, Any]] | None = None) -> RunFiles:
-        """Whatever is readable: a torn or odd file reads as empty, never as an error."""
-        return cls(objects(run.read_ledger) if ledger is None else ledger, read_steps(run), read_stops(run),
-                   marker(run.read_progress) or {}, marker(run.read_done), objects(run.read_validations))
-
-
-def objects(read: Callable[[], list[Any]]) -> list[dict[str, Any]]:
-    try:
-        return [r for r in read() if isinstance(r, dict)]
-    except (OSError, UnicodeDecodeError):
-        return []
-
-
-def marker(read: Callable[[], Any]) -> dict[str, Any] | None:
-    try:
-        data = read()
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        """Whatever is readable: the run's readers skip a bad record (and name it in ``run.unreadable``)."""
+        return cls(run.read_ledger() if ledger is None else ledger, read_steps(run), read_stops(run),
+                   run.read_progress() or {}, run.read_done(), run.read_validations())
 
 
 def account(name: str, files: RunFiles, rows: Iterable[SacctRow], charging: Charging | None,
@@ -628,11 +591,12 @@ def render_text(acc: RunAccounting) -> str:
 
 def sibling_ledgers(run: RunDir) -> list[list[dict[str, Any]]]:
     """The ledgers of the runs beside this one (a pack job's other runs share its jobs)."""
-    ledgers = []
-    for path in sorted(run.path.parent.iterdir()) if run.path.parent.is_dir() else []:
-        if path != run.path and (path / "ledger.jsonl").is_file():
-            ledgers.append(RunDir(path).read_ledger())
-    return ledgers
+    try:
+        beside = sorted(run.path.parent.iterdir())
+    except OSError:
+        return []
+    # What another run's ledger holds that is not a record is that run's to show, not this one's.
+    return [RunDir(path).read_ledger() for path in beside if path != run.path]
 
 
 def account_run(run: RunDir, now: datetime | None = None) -> RunAccounting:
@@ -658,18 +622,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run", help="a run name under the runs directory, or a run directory (a path with '/')")
     parser.add_argument("--runs_dir", type=Path, default=None, help="default: the launcher's (RUNS_DIR)")
     args = parser.parse_args(argv)
+    from hpc.errors import UsageError
     from hpc.run.report import run_argument
 
-    run = run_argument(args.run, args.runs_dir)
-    if not run.ledger.is_file():
+    try:
+        run = run_argument(args.run, args.runs_dir)
+    except UsageError as error:
+        print(f"python -m hpc.accounting: {error}", file=sys.stderr)
+        return 2
+    if not run.holds(run.ledger):
         print(f"python -m hpc.accounting: {run.path} is not a run directory (no ledger.jsonl; accepted: a run "
               "name under the runs directory, or a run directory)", file=sys.stderr)
         return 2
     try:
-        print(render_text(account_run(run)))
+        text = render_text(account_run(run))
     except SlurmError as err:
         print(f"python -m hpc.accounting: error: {err}", file=sys.stderr)
         return 1
+    print(text + (f"\n\nUNREADABLE: {run.unreadable_line(limit=10)}" if run.unreadable else ""))
     return 0
 
 

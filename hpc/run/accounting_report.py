@@ -15,7 +15,7 @@ from typing import Any
 
 from hpc.run import accounting
 from hpc.run.accounting import KINDS, LABELS, JobRun, RunAccounting
-from hpc.run.report import DPI, FIG_SIZE, SECTIONS, pyplot, table
+from hpc.run.report import DPI, FIG_SIZE, SECTIONS, pyplot, save, table
 from hpc.run.rundir import RunDir
 from hpc.slurm.calls import SlurmError
 
@@ -39,7 +39,7 @@ def time_unit(seconds: float) -> tuple[float, str]:
     return next((size, name) for limit, size, name in UNITS if seconds >= limit)
 
 
-def plot_timeline(acc: RunAccounting, path: Path) -> None:
+def plot_timeline(acc: RunAccounting, run: RunDir, path: Path) -> None:
     """One bar per job run, its segments coloured by kind, along the run's wall clock."""
     origin = min(s.start for j in acc.jobs for s in j.segments)
     last = max(s.end for j in acc.jobs for s in j.segments)
@@ -61,8 +61,7 @@ def plot_timeline(acc: RunAccounting, path: Path) -> None:
     axis.set_title(f"Run {acc.run}: {accounting.hours(acc.gpu_hours)} GPU-h charged, "
                    f"{accounting.hours(acc.lost_gpu_hours())} GPU-h trained nothing, goodput {goodput}", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save(fig, run, path)
 
 
 def draw_job(axis: Any, row: int, job: JobRun, origin: datetime, size: float) -> None:
@@ -94,7 +93,7 @@ def section(run: RunDir, out: Path) -> list[str]:
         return lines + [f"Slurm's accounting could not be asked ({err}); the GPU-hours need its records.", ""]
     if not any(j.segments for j in acc.jobs):
         return lines + ["No job of this run is in Slurm's accounting yet.", ""]
-    plot_timeline(acc, out / PICTURE)
+    plot_timeline(acc, run, out / PICTURE)
     lines += [f"![where the GPU-hours went]({PICTURE})", ""]
     lines += table(job_rows(acc), [h.lower() for h in accounting.JOB_HEAD]) + [""]
     lines += table([list(row) for row in accounting.totals_rows(acc)], ["figure", "value"]) + [""]

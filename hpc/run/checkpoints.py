@@ -64,9 +64,11 @@ def step_dir(model_dir: Path, step: int) -> Path:
 def list_checkpoints(model_dir: Path) -> list[Checkpoint]:
     """Every all-digit folder under ``checkpoints/``, oldest step first (as ART counts them)."""
     base = Path(model_dir) / CHECKPOINTS
-    if not base.is_dir():
+    try:
+        entries = list(base.iterdir())
+    except OSError:  # none yet, or not a folder this user may list
         return []
-    found = [Checkpoint(int(p.name), p) for p in base.iterdir() if p.name.isdigit() and p.is_dir()]
+    found = [Checkpoint(int(p.name), p) for p in entries if p.name.isascii() and p.name.isdigit() and p.is_dir()]
     return sorted(found, key=lambda c: c.step)
 
 
@@ -81,7 +83,7 @@ def is_complete(path: Path) -> bool:
 def _config_ok(path: Path) -> bool:
     try:
         return isinstance(json.loads(path.read_text()), dict)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8 or JSON, nested too deeply
         return False
 
 
@@ -99,7 +101,7 @@ def _safetensors_ok(path: Path) -> bool:
             if length == 0 or length > MAX_HEADER_BYTES or 8 + length > size:
                 return False
             header = json.loads(handle.read(length))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):
         return False
     if not isinstance(header, dict):
         return False
@@ -127,7 +129,7 @@ def trained_base_model(model_dir: Path) -> str | None:
     (written when the model registers), None where there is none or it does not say."""
     try:
         value = json.loads((Path(model_dir) / "model.json").read_text()).get("base_model")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
     return value if isinstance(value, str) and value else None
 

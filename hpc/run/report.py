@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from hpc.run.rundir import RunDir, read_json
+from hpc.errors import UsageError
+from hpc.run import fields as kinds
+from hpc.run.rundir import OutsideRun, RunDir, read_json
 
 # ART-E's published accuracy on its 100 validation questions (OpenPipe's ART-E write-up),
 # for reference only: they were measured on ART-E's questions with ART-E's judge.
@@ -67,8 +70,8 @@ def evaluations(run: RunDir) -> dict[str, list[dict[str, Any]]]:
     found: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for folder in (run.evaluations_dir, run.path.parent / "evaluations"):
         for path in sorted(folder.glob("*/*/summary.json")):
-            summary = read_json(path)
-            if summary and "split_key" in summary:
+            summary = read_json(path, folder, kinds.EVALUATION, run.teller(path))  # never through a link
+            if summary is not None:
                 found[summary["split_key"]].append(summary)
     return found
 
@@ -118,9 +121,17 @@ def plot_training(run: RunDir, path: Path) -> bool:
     axes[-1, 0].set_xlabel("training step")
     fig.suptitle(f"Run {run.name}: " + " and ".join(TITLES[p] for p in panels))
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save(fig, run, path)
     return True
+
+
+def save(fig: Any, run: RunDir, path: Path) -> None:
+    """A figure as a PNG at ``path`` inside the run, written as every file of the run is (never
+    through a link), and closed."""
+    picture = io.BytesIO()
+    fig.savefig(picture, format="png")
+    pyplot().close(fig)
+    run.write_bytes(path, picture.getvalue())
 
 
 def is_number(value: Any) -> bool:
@@ -135,7 +146,7 @@ def reward_panel(axis: Any, rewards: list[tuple[int, float]], validations: list[
 
 def validation_panel(axis: Any, rewards: list[tuple[int, float]], validations: list[dict[str, Any]]) -> None:
     axis.plot([v["step"] for v in validations], [100 * v["accuracy"] for v in validations], marker="o",
-              color="tab:green", label=f"validation accuracy ({validations[0]['questions']} held-out questions)")
+              color="tab:green", label=f"validation accuracy ({validations[0].get('questions', '?')} held-out questions)")
     axis.set_ylabel("accuracy (%)")
     axis.set_ylim(0, 100)
 
@@ -151,7 +162,7 @@ def mark_jobs(axis: Any, run: RunDir) -> None:
     axis.legend(loc="lower right", fontsize=9)
 
 
-def plot_models(bars: list[Bar], key: str | None, path: Path) -> None:
+def plot_models(bars: list[Bar], key: str | None, run: RunDir, path: Path) -> None:
     """Horizontal bars, best first; published figures hatched and grey."""
     plt = pyplot()
     ordered = sorted(bars, key=lambda b: (b.kind == "published", -b.accuracy))
@@ -175,8 +186,7 @@ def plot_models(bars: list[Bar], key: str | None, path: Path) -> None:
     fig.text(0.01, 0.01, "green: this run's validations; blue: python -m trainer.eval on the same questions; "
              "hatched grey: ART-E's published figures (its own 100 questions and judge)", fontsize=8)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(path)
-    plt.close(fig)
+    save(fig, run, path)
 
 
 # -- Markdown ------------------------------------------------------------------------------------
@@ -187,14 +197,19 @@ def table(rows: list[list[Any]], head: list[str]) -> list[str]:
     return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
 
 
-def percent(value: float) -> str:
-    return f"{100 * value:.1f}%"
+def percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def decimals(value: float | None, places: int) -> str:
+    return "-" if value is None else f"{value:.{places}f}"
 
 
 def validation_table(run: RunDir) -> list[str]:
-    rows = [[v["step"], percent(v["accuracy"]), f"{v['reward_mean']:.3f}", percent(v["i_dont_know_rate"]),
-             percent(v["wrong_answer_rate"]), f"{v['mean_turns']:.2f}", percent(v["tool_error_rate"]),
-             f"{v['latency_mean_s']:.2f}", v["failed"]] for v in run.read_validations()]
+    """One row per validation; a figure a record lacks (an older trainer's) is '-'."""
+    rows = [[v["step"], percent(v["accuracy"]), decimals(v.get("reward_mean"), 3), percent(v.get("i_dont_know_rate")),
+             percent(v.get("wrong_answer_rate")), decimals(v.get("mean_turns"), 2), percent(v.get("tool_error_rate")),
+             decimals(v.get("latency_mean_s"), 2), v.get("failed", "-")] for v in run.read_validations()]
     head = ["step", "accuracy", "reward", "I don't know", "wrong", "turns", "tool errors", "latency (s)", "failed"]
     return table(rows, head) if rows else ["No validation yet."]
 
@@ -210,25 +225,22 @@ def models_section(run: RunDir, out: Path) -> list[str]:
     and the published figures alone (no picture of nothing but references)."""
     bars, key = model_bars(run)
     if key is None or all(b.kind == "published" for b in bars):
-        (out / "models.png").unlink(missing_ok=True)
+        run.remove(out / "models.png")
         return ["No model evaluated on this run's questions yet (the run's own validations, or "
                 "`python -m trainer.eval`). For reference:", "", *models_table(bars)]
-    plot_models(bars, key, out / "models.png")
+    plot_models(bars, key, run, out / "models.png")
     return [f"Questions: `{key}`.", "", "![accuracy by model](models.png)", "", *models_table(bars)]
 
 
 def write_report(run: RunDir) -> Path:
+    """report.md and its pictures in ``<run>/report/``, never through a link (OutsideRun)."""
     out = run.report_dir
-    out.mkdir(parents=True, exist_ok=True)
-    lines = [f"# Run {run.name}", ""]
-    progress = run.read_progress() or {}
-    if progress:
-        lines += [f"Step {progress.get('step')} of {progress.get('total_steps')}; "
-                  f"{'finished' if run.read_done() else 'in progress'}.", ""]
+    run.make_dirs(out)
+    lines = [f"# Run {run.name}", "", *progress_line(run)]
     if plot_training(run, out / "training.png"):
         lines += ["## Training", "", "![training reward and validation accuracy](training.png)", ""]
     else:
-        (out / "training.png").unlink(missing_ok=True)
+        run.remove(out / "training.png")
         lines += ["## Training", "", "No training step with a reward recorded yet.", ""]
     lines += ["## Validation", "", *validation_table(run), ""]
     lines += ["## Models on the same questions", "", *models_section(run, out), ""]
@@ -237,8 +249,27 @@ def write_report(run: RunDir) -> Path:
     for section in SECTIONS:
         lines += section(run, out)
     report = out / "report.md"
-    report.write_text("\n".join(lines) + "\n")
+    run.write_bytes(report, ("\n".join(lines + unreadable_section(run)) + "\n").encode())
     return report
+
+
+def progress_line(run: RunDir) -> list[str]:
+    """``Step 12 of 300; in progress.`` (``of`` only where the total is known)."""
+    progress, done = run.read_progress() or {}, run.read_done()
+    step = (done or {}).get("final_step", progress.get("step"))
+    total = (done or {}).get("total_steps") or progress.get("total_steps")
+    if step is None:
+        return []
+    return [f"Step {step}{f' of {total}' if total is not None else ''}; {'finished' if done else 'in progress'}.", ""]
+
+
+def unreadable_section(run: RunDir) -> list[str]:
+    """The records the report skipped, each named: the figures above leave them out."""
+    if not run.unreadable:
+        return []
+    return ["## Unreadable records", "", "Skipped (the figures above leave them out):", "",
+            *(f"- `{skipped.file}`{f' line {skipped.line}' if skipped.line else ''}: {skipped.why}"
+              for skipped in run.unreadable), ""]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,18 +278,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run", help="a run name under the runs directory, or a run directory")
     parser.add_argument("--runs_dir", type=Path, default=None, help="default: the launcher's (RUNS_DIR)")
     args = parser.parse_args(argv)
-    run = run_argument(args.run, args.runs_dir)
-    if not run.ledger.exists() and not run.steps_file.exists():
+    try:
+        run = run_argument(args.run, args.runs_dir)
+    except UsageError as error:
+        print(f"hpc.report: {error}", file=sys.stderr)
+        return 2
+    if not run.holds(run.ledger) and not run.holds(run.steps_file):
         print(f"hpc.report: error: {run.path} is not a run directory (no ledger.jsonl or steps.jsonl)",
               file=sys.stderr)
         return 2
-    print(write_report(run))
+    try:
+        report = write_report(run)
+    except OSError as error:  # a link or a file where the report goes; a full disk, no permission
+        print(f"hpc.report: error: cannot write the report: {error.filename or run.report_dir}: "
+              f"{error.strerror or error}", file=sys.stderr)
+        return 2 if isinstance(error, IN_THE_WAY) else 1
+    print(report)
+    if run.unreadable:
+        print(f"hpc.report: warning: {run.unreadable_line()} (listed in the report)", file=sys.stderr)
     return 0
 
 
+# What the run directory holds where the report goes (bad input, exit 2), not the machine's trouble.
+IN_THE_WAY = (OutsideRun, NotADirectoryError, IsADirectoryError, FileExistsError)
+
+
 def run_argument(text: str, runs_dir: Path | None) -> RunDir:
-    """A command line's RUN: a run directory (a path with '/'), else a run name under the runs directory."""
-    return RunDir(Path(text) if "/" in text else resolve_runs_dir(runs_dir) / text)
+    """A command line's RUN: a run directory (a path with '/'), else a run name under the runs directory
+    (not '', '.' or '..', which name no run but a folder around it: UsageError)."""
+    if "/" in text:
+        return RunDir(Path(text))
+    if text in ("", ".", ".."):
+        raise UsageError(f"bad RUN {text!r} (accepted: a run name under the runs directory, or a run directory)")
+    return RunDir(resolve_runs_dir(runs_dir) / text)
 
 
 def resolve_runs_dir(flag: Path | None) -> Path:

@@ -28,6 +28,11 @@ Layout of ``<runs_dir>/<job_name>/``::
     failed.json             written when the run is given up (crash guard): reason, log, the error line
     .lock                   flock target serialising launches and ledger appends
 
+Nothing here follows a link below the run's folder, reading or writing (OutsideRun: a ``report/``
+that links elsewhere is refused, not written through), and every record read is checked against its
+file's fields (hpc/run/fields.py): one that does not fit is skipped and named in ``RunDir.unreadable``,
+so a corrupt record costs that record, never a reader's view of the run or of other runs.
+
 A sweep (hpc/launcher/sweeps.py) also has ``<runs_dir>/<sweep>/`` (``SweepDir``): ``sweep.json``
 (its runs and their values), ``scripts/`` and ``logs/`` of the pack jobs that run
 several of its runs at once (hpc/launcher/packing.py), ``secrets.env`` for those jobs, and
@@ -37,14 +42,20 @@ several of its runs at once (hpc/launcher/packing.py), ``secrets.env`` for those
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
-import tempfile
-from dataclasses import dataclass
+import re
+import secrets
+import stat
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Optional
+
+from hpc.run import fields as kinds
+from hpc.run.fields import Fields, parse_time, problem, shown  # noqa: F401 - parse_time: the run's times
 
 # Exit code the trainer (or any entrypoint) uses to say "I stopped cleanly
 # because time is up; continue the run". 75 is EX_TEMPFAIL from sysexits.h.
@@ -69,6 +80,16 @@ LEDGER_EVENTS = (
 )
 
 
+# A run's name: its folder under the runs directory (the launcher's --job_name). Never a '/', never
+# only dots: a name can only ever name one folder inside the runs directory.
+RUN_NAME_RE = re.compile(r"[A-Za-z0-9._=+-]{1,64}")
+RUN_NAME_ACCEPTED = "1-64 characters from A-Z a-z 0-9 . _ = + - (not only dots)"
+
+
+def is_run_name(name: str) -> bool:
+    return bool(RUN_NAME_RE.fullmatch(name)) and set(name) != {"."}
+
+
 # Locks this process holds, by run path, with their nesting depth.
 _HELD: dict[str, int] = {}
 
@@ -80,9 +101,13 @@ def utc_now() -> str:
 
 @dataclass(frozen=True)
 class RunDir:
-    """Paths inside one run directory. Creating the object touches nothing."""
+    """Paths inside one run directory, and its records. Creating the object touches nothing.
+
+    Its readers skip a record that is not what its file holds (hpc/run/fields.py) and keep it
+    in ``skipped``: the caller shows the rest and names those (``unreadable``)."""
 
     path: Path
+    skipped: dict[tuple[str, Optional[int]], Skipped] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -145,10 +170,10 @@ class RunDir:
 
     def read_sweep_member(self) -> dict[str, Any] | None:
         """``{"sweep": name, "values": {key: value}}`` for a run launched by a sweep, else None."""
-        return read_json(self.sweep_member_file)
+        return self.read_object(self.sweep_member_file, kinds.SWEEP_MEMBER)
 
     def write_sweep_member(self, sweep: str, values: dict[str, str]) -> None:
-        write_json_atomic(self.sweep_member_file, {"sweep": sweep, "values": values})
+        self.write_json(self.sweep_member_file, {"sweep": sweep, "values": values})
 
     @property
     def judge_dir(self) -> Path:
@@ -157,6 +182,81 @@ class RunDir:
     @property
     def lock_file(self) -> Path:
         return self.path / ".lock"
+
+    # -- files, never through a link ----------------------------------------------
+
+    @property
+    def unreadable(self) -> list[Skipped]:
+        """The records the readers skipped so far (each named once), in the order met."""
+        return list(self.skipped.values())
+
+    def unreadable_line(self, limit: int = 3) -> str:
+        """``N unreadable record(s) skipped: FILE line L: why; ...`` (the first ``limit``), or ''."""
+        found = self.unreadable
+        if not found:
+            return ""
+        more = f"; and {len(found) - limit} more" if len(found) > limit else ""
+        return f"{len(found)} unreadable record(s) skipped: " + "; ".join(map(str, found[:limit])) + more
+
+    def holds(self, path: Path) -> bool:
+        """Whether ``path`` is there inside the run, as itself (a link is there: reading it is refused)."""
+        parts = relative_parts(self.path, path)
+        try:
+            with folder_inside(self.path, parts[:-1]) as folder:
+                os.stat(parts[-1], dir_fd=folder, follow_symlinks=False)
+        except OSError:
+            return False
+        return True
+
+    def teller(self, path: Path) -> Tell:
+        """Where a reader of ``path`` tells a skipped record."""
+        name = path.relative_to(self.path).as_posix() if path.is_relative_to(self.path) else str(path)
+
+        def tell(line: Optional[int], why: str) -> None:
+            self.skipped.setdefault((name, line), Skipped(name, line, why))
+
+        return tell
+
+    def read_object(self, path: Path, fields: Fields | None = None) -> dict[str, Any] | None:
+        """The JSON object at ``path`` inside the run (with ``fields``' kinds), else None (skipped)."""
+        return read_json(path, self.path, fields, self.teller(path))
+
+    def read_records(self, path: Path, fields: Fields | None = None) -> list[dict[str, Any]]:
+        """The JSONL records at ``path`` inside the run that have ``fields``' kinds (others skipped)."""
+        return read_jsonl(path, self.path, fields, self.teller(path))
+
+    def read_text(self, path: Path) -> str | None:
+        """A text file inside the run (undecodable bytes replaced), or None: missing or refused (skipped)."""
+        try:
+            return read_bytes(path, self.path).decode(errors="replace")
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            self.teller(path)(None, _unreadable(error))
+            return None
+
+    def write_json(self, path: Path, data: dict[str, Any], mode: int = 0o644) -> None:
+        write_json_atomic(path, data, mode, self.path)
+
+    def write_bytes(self, path: Path, data: bytes, mode: int = 0o644) -> None:
+        write_bytes_atomic(path, data, mode, self.path)
+
+    def write_new(self, path: Path, data: bytes, mode: int = 0o644) -> None:
+        """A file that must not exist yet (FileExistsError when it does: never overwritten)."""
+        fd = open_inside(self.path, path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            os.fchmod(handle.fileno(), mode)
+
+    def open_append(self, path: Path) -> int:
+        """A descriptor appending to ``path`` (a log), made if missing, never through a link."""
+        return open_inside(self.path, path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+
+    def make_dirs(self, path: Path) -> None:
+        make_dirs(path, self.path)
+
+    def remove(self, path: Path) -> None:
+        remove(path, self.path)
 
     def log_paths(self, job_id: str) -> tuple[Path, Path]:
         """The stdout and stderr log of one job, as Slurm's ``%x-%j`` expands."""
@@ -178,15 +278,17 @@ class RunDir:
             finally:
                 _HELD[key] -= 1
             return
-        self.path.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_file, "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        fd = open_inside(self.path, self.lock_file, os.O_WRONLY | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
             _HELD[key] = 1
             try:
                 yield
             finally:
                 _HELD.pop(key, None)
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
     # -- ledger ---------------------------------------------------------------
 
@@ -196,27 +298,27 @@ class RunDir:
             raise ValueError(f"unknown ledger event {event!r}; known: {', '.join(LEDGER_EVENTS)}")
         record = {"event": event, "time": utc_now(), **fields}
         with self.locked():
-            append_jsonl(self.ledger, record)
+            append_jsonl(self.ledger, record, self.path)
         return record
 
     def read_ledger(self) -> list[dict[str, Any]]:
-        """All records, oldest first; a torn last line (crash mid-write) is skipped."""
-        return read_jsonl(self.ledger)
+        """All records, oldest first; a torn last line (crash mid-write) is dropped, a bad one skipped."""
+        return self.read_records(self.ledger, kinds.LEDGER)
 
     # -- markers and progress -------------------------------------------------
 
     def read_progress(self) -> dict[str, Any] | None:
-        return read_json(self.progress_file)
+        return self.read_object(self.progress_file, kinds.PROGRESS)
 
     def write_progress(self, progress: dict[str, Any]) -> None:
-        write_json_atomic(self.progress_file, {**progress, "updated_at": utc_now()})
+        self.write_json(self.progress_file, {**progress, "updated_at": utc_now()})
 
     def read_model_record(self) -> dict[str, Any] | None:
         """Which model folder this run owns (hpc/run/ownership.py), or None before its first launch."""
-        return read_json(self.model_record_file)
+        return self.read_object(self.model_record_file, kinds.MODEL)
 
     def write_model_record(self, record: dict[str, Any]) -> None:
-        write_json_atomic(self.model_record_file, record)
+        self.write_json(self.model_record_file, record)
 
     @property
     def steps_file(self) -> Path:
@@ -225,10 +327,10 @@ class RunDir:
     def append_step(self, record: dict[str, Any]) -> None:
         """One trained step, with the job that trained it (the job's id is in its environment)."""
         append_jsonl(self.steps_file, {**record, "job_id": os.environ.get("SLURM_JOB_ID", "local"),
-                                       "ended": utc_now()})
+                                       "ended": utc_now()}, self.path)
 
     def read_steps(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.steps_file)
+        return self.read_records(self.steps_file, kinds.STEP)
 
     @property
     def stops_file(self) -> Path:
@@ -237,10 +339,10 @@ class RunDir:
     def append_stop(self, record: dict[str, Any]) -> None:
         """Why a job's workload stopped (hpc.job.deadline.StopRecord), with the job and the time."""
         append_jsonl(self.stops_file, {**record, "job_id": os.environ.get("SLURM_JOB_ID", "local"),
-                                       "time": utc_now()})
+                                       "time": utc_now()}, self.path)
 
     def read_stops(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.stops_file)
+        return self.read_records(self.stops_file, kinds.STOP)
 
     @property
     def startups_file(self) -> Path:
@@ -250,36 +352,34 @@ class RunDir:
         """How long a job's training backend took to start (constructed to registered: the model
         loaded, vLLM up), with the job and the time; the next jobs predict their start-up from it."""
         append_jsonl(self.startups_file, {"seconds": round(seconds, 3),
-                                          "job_id": os.environ.get("SLURM_JOB_ID", "local"), "time": utc_now()})
+                                          "job_id": os.environ.get("SLURM_JOB_ID", "local"), "time": utc_now()},
+                     self.path)
 
     def read_startups(self) -> list[dict[str, Any]]:
-        """Recorded start-ups, oldest first (a torn last line is skipped)."""
-        return read_jsonl(self.startups_file)
+        """Recorded start-ups, oldest first (a torn last line is dropped, a bad one skipped)."""
+        return self.read_records(self.startups_file, kinds.STARTUP)
 
     def read_validations(self) -> list[dict[str, Any]]:
-        """Completed validations, oldest first (a torn last line is skipped)."""
-        return read_jsonl(self.validation_file)
+        """Completed validations, oldest first (a torn last line is dropped, a bad one skipped)."""
+        return self.read_records(self.validation_file, kinds.VALIDATION)
 
     def record_validation(self, record: dict[str, Any], details: list[dict[str, Any]]) -> None:
         """The per-question file first, then the record: the record is what says "done"."""
-        write_jsonl_atomic(self.validation_details(record["step"]), details)
-        append_jsonl(self.validation_file, {**record, "time": utc_now()})
+        write_jsonl_atomic(self.validation_details(record["step"]), details, self.path)
+        append_jsonl(self.validation_file, {**record, "time": utc_now()}, self.path)
 
     def read_done(self) -> dict[str, Any] | None:
-        return read_json(self.done_file)
+        return self.read_object(self.done_file, kinds.DONE)
 
     def mark_done(self, final_step: int, total_steps: int | None = None) -> None:
-        write_json_atomic(
-            self.done_file, {"final_step": final_step, "total_steps": total_steps, "time": utc_now()}
-        )
+        self.write_json(self.done_file, {"final_step": final_step, "total_steps": total_steps, "time": utc_now()})
 
     def read_failed(self) -> dict[str, Any] | None:
-        return read_json(self.failed_file)
+        return self.read_object(self.failed_file, kinds.FAILED)
 
     def mark_failed(self, reason: str, log_tail: str | None = None, error: str | None = None) -> None:
         """``error``: the failed job's own last error line (its .err log), quoted as is."""
-        write_json_atomic(self.failed_file, {"reason": reason, "log_tail": log_tail, "error": error,
-                                             "time": utc_now()})
+        self.write_json(self.failed_file, {"reason": reason, "log_tail": log_tail, "error": error, "time": utc_now()})
 
 
 @dataclass(frozen=True)
@@ -292,72 +392,263 @@ class SweepDir(RunDir):
         return self.path / "sweep.json"
 
     def read_record(self) -> dict[str, Any] | None:
-        return read_json(self.record_file)
+        return self.read_object(self.record_file, kinds.SWEEP)
 
     def write_record(self, record: dict[str, Any]) -> None:
-        write_json_atomic(self.record_file, record)
+        self.write_json(self.record_file, record)
 
     def is_sweep(self) -> bool:
         return self.record_file.exists() and not self.ledger.exists()
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from ``path``, or None if missing or unreadable."""
+# -- reading and writing inside a run directory -------------------------------------------------
+#
+# A run's files are reached from its folder without following a link: a ``report`` that links to
+# another folder, a ``report.md``, ``ledger.jsonl`` or log that links to a file elsewhere, is
+# refused (OutsideRun), never read or written through. The run's own folder may be a link (a
+# user's runs on another filesystem); nothing below it is. Every reader and writer of the run
+# directory goes through these functions (RunDir's methods pass ``root``, the run's folder).
+
+MAX_READ_BYTES = 256 * 1024 * 1024  # a run's file larger than this is not read (a runaway or hostile one)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+class OutsideRun(OSError):
+    """A path of a run directory that would leave it: a link below the run's folder, or ``..``."""
+
+
+def relative_parts(root: Path, path: Path) -> tuple[str, ...]:
+    """``path``'s names below ``root``; OutsideRun when it is not below it."""
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        parts = Path(path).relative_to(root).parts
+    except ValueError:
+        parts = ()
+    if not parts or ".." in parts:
+        raise OutsideRun(errno.EINVAL, f"not inside {root}", str(path))
+    return parts
+
+
+def _refusal(folder: int, name: str, path: Path, error: OSError) -> OSError:
+    """What to raise when ``name`` in ``folder`` did not open: OutsideRun for a link, else ``error``
+    naming the whole path."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
+            return OutsideRun(errno.ELOOP, "a link, not followed (a run's files stay inside its directory)", str(path))
+    return type(error)(error.errno, error.strerror, str(path))
+
+
+@contextlib.contextmanager
+def folder_inside(root: Path, parts: tuple[str, ...], create: bool = False) -> Iterator[int]:
+    """A descriptor of the folder ``root/parts...``, reached without following a link below
+    ``root`` (made on the way when ``create``)."""
+    if create:
+        root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for depth, name in enumerate(parts, 1):
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
+            try:
+                inner = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as error:
+                raise _refusal(fd, name, root.joinpath(*parts[:depth]), error) from None
+            os.close(fd)
+            fd = inner
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def open_inside(root: Path, path: Path, flags: int, mode: int = 0o644) -> int:
+    """``path`` opened (``os.open``'s flags) with no link below ``root`` followed, the file's
+    own name included; O_CREAT makes the folders on the way."""
+    parts = relative_parts(root, path)
+    with folder_inside(root, parts[:-1], create=bool(flags & os.O_CREAT)) as folder:
+        try:
+            return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder)
+        except OSError as error:
+            raise _refusal(folder, parts[-1], path, error) from None
+
+
+def make_dirs(path: Path, root: Path) -> None:
+    """``path`` and the folders above it up to ``root``, never through a link."""
+    with folder_inside(root, relative_parts(root, path), create=True):
+        pass
+
+
+def remove(path: Path, root: Path) -> None:
+    """``path`` removed if it is there (a link: the link itself), never through a linked folder."""
+    parts = relative_parts(root, path)
+    with contextlib.suppress(FileNotFoundError), folder_inside(root, parts[:-1]) as folder:
+        os.unlink(parts[-1], dir_fd=folder)
+
+
+def read_bytes(path: Path, root: Path | None = None) -> bytes:
+    """A regular file's bytes (never a FIFO's or a device's, never more than MAX_READ_BYTES);
+    with ``root``, reached as ``open_inside`` does."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags) if root is None else open_inside(root, path, flags)
+    _check_regular(fd, path)
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(MAX_READ_BYTES)
+
+
+def _check_regular(fd: int, path: Path) -> None:
+    """Nothing for a regular file of at most MAX_READ_BYTES; else ``fd`` is closed and an OSError says why."""
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_READ_BYTES:
+        return
+    os.close(fd)
+    if stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "a folder, not a file", str(path))
+    if stat.S_ISREG(info.st_mode):
+        raise OSError(errno.EFBIG, f"larger than {MAX_READ_BYTES} bytes", str(path))
+    raise OSError(errno.EINVAL, "not a regular file", str(path))
+
+
+def read_tail(path: Path, size: int, root: Path | None = None) -> bytes:
+    """The last ``size`` bytes of a regular file (a log), read from its end alone; never a FIFO or a
+    device, and never through a link: the file's own name (or, with ``root``, anything below it)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags) if root is None else open_inside(root, path, flags)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    with os.fdopen(fd, "rb") as handle:
+        handle.seek(max(0, info.st_size - size))
+        return handle.read(size)
+
+
+def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644, root: Path | None = None) -> None:
+    """Write through a temporary file and rename, so readers never see half a file; with
+    ``root``, inside it as ``open_inside`` reaches it (the rename replaces a link, never follows it)."""
+    parts = relative_parts(root, path) if root is not None else (path.name,)
+    with folder_inside(root if root is not None else path.parent, parts[:-1], create=True) as folder:
+        temporary = f".{parts[-1]}.{secrets.token_hex(6)}"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                     dir_fd=folder)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                os.fchmod(handle.fileno(), mode)
+            os.replace(temporary, parts[-1], src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary, dir_fd=folder)
+            raise
+
+
+# -- records: JSON objects, checked ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A record of a run directory (or a whole file) that could not be read, and why: skipped, and
+    named, so that one corrupt record costs that record and the run shows as unreadable."""
+
+    file: str  # as the run directory names it: "validation.jsonl", "evaluations/.../summary.json"
+    line: int | None  # from 1; None: the whole file
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.file}{f' line {self.line}' if self.line else ''}: {self.why}"
+
+
+Tell = Callable[[Optional[int], str], None]  # (line or None, why) of a skipped record
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_record(data: bytes, fields: Fields | None = None) -> tuple[dict[str, Any] | None, str]:
+    """One JSON object from ``data`` with ``fields``' kinds, or (None, why not in one line)."""
+    try:
+        value = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except RecursionError:
+        return None, "JSON nested too deeply"
+    except json.JSONDecodeError as error:
+        return None, f"not JSON ({error.msg} at character {error.pos})"
+    except ValueError as error:  # NaN, Infinity; an integer of thousands of digits
+        return None, " ".join(str(error).split())[:200]
+    if not isinstance(value, dict):
+        return None, f"not a JSON object ({kind_of(value)})"
+    why = problem(value, fields) if fields else None
+    return (None, why) if why else (value, "")
+
+
+def kind_of(value: Any) -> str:
+    return "a list" if isinstance(value, list) else f"the value {shown(value)}"
+
+
+def _unreadable(error: OSError) -> str:
+    return error.strerror or str(error)
+
+
+def read_json(path: Path, root: Path | None = None, fields: Fields | None = None,
+              tell: Tell | None = None) -> dict[str, Any] | None:
+    """A JSON object from ``path`` (with ``fields``' kinds), or None: missing, or unreadable
+    (told to ``tell``)."""
+    try:
+        record, why = parse_record(read_bytes(path, root), fields)
+    except FileNotFoundError:
         return None
+    except OSError as error:
+        record, why = None, _unreadable(error)
+    if record is None and tell is not None:
+        tell(None, why)
+    return record
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """JSON objects, one per line; missing file = none; a torn line is skipped."""
+def read_jsonl(path: Path, root: Path | None = None, fields: Fields | None = None,
+               tell: Tell | None = None) -> list[dict[str, Any]]:
+    """JSON objects, one per line (with ``fields``' kinds); a missing file has none. A torn last
+    line (an object a crash cut short) is dropped quietly; any other line that is no such object
+    is skipped and told to ``tell``."""
     try:
-        lines = path.read_text().splitlines()
+        lines = read_bytes(path, root).split(b"\n")
     except FileNotFoundError:
         return []
+    except OSError as error:
+        if tell is not None:
+            tell(None, _unreadable(error))
+        return []
     records = []
-    for line in lines:
-        with contextlib.suppress(json.JSONDecodeError):
-            records.append(json.loads(line))
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        record, why = parse_record(line, fields)
+        torn = number == len(lines) and line.lstrip().startswith(b"{") and why.startswith("not JSON")
+        if record is not None:
+            records.append(record)
+        elif tell is not None and not torn:
+            tell(number, why)
     return records
 
 
-def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+def append_jsonl(path: Path, record: dict[str, Any], root: Path | None = None) -> None:
     """One line, one write() with O_APPEND: concurrent appenders never interleave."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    if root is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, flags, 0o644)
+    else:
+        fd = open_inside(root, path, flags)
     try:
         os.write(fd, (json.dumps(record) + "\n").encode())
     finally:
         os.close(fd)
 
 
-def write_jsonl_atomic(path: Path, records: list[dict[str, Any]]) -> None:
+def write_jsonl_atomic(path: Path, records: list[dict[str, Any]], root: Path | None = None) -> None:
     """Write a JSONL file through a temporary file and rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.writelines(json.dumps(r) + "\n" for r in records)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    write_bytes_atomic(path, "".join(json.dumps(r) + "\n" for r in records).encode(), root=root)
 
 
-def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o644) -> None:
+def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o644, root: Path | None = None) -> None:
     """Write through a temporary file and rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2)
-            handle.write("\n")
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    write_bytes_atomic(path, (json.dumps(data, indent=2) + "\n").encode(), mode, root)

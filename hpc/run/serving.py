@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpc.run.rundir import RunDir, read_json
+from hpc.run.fields import ADDRESS
+from hpc.run.rundir import RunDir
 
 LOCALHOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 def address_of(run: RunDir) -> dict[str, Any] | None:
-    return read_json(run.serve_dir / "address.json")
+    """Where the serve job listens (host, port, node), or None: none yet, or unreadable (skipped, named)."""
+    return run.read_object(run.serve_dir / "address.json", ADDRESS)
 
 
 def ssh_line(address: dict[str, Any], login_host: str, local_port: int = 8080) -> str:

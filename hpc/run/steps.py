@@ -1,14 +1,18 @@
 """A run's trained steps (steps.jsonl) as records, the run's ISO times, and how spans of time are written.
 
+The run's reader (hpc/run/rundir.py) has already skipped and named any line that is not a step
+(hpc/run/fields.py: a whole step, an ISO end time, seconds in range), so what is built here holds.
+
 hpc/run/accounting.py (where the time went) and hpc/run/health.py (STALLED, COLLAPSED) both read
 them; health sits apart from accounting so that accounting can ask it whether a running job stalled."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from hpc.run.fields import parse_time  # noqa: F401 - where every record's times are read
+from hpc.run.fields import parse_time
+from hpc.run.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,21 @@ class Step:
     end: datetime
     seconds: float
     reward_spread: float | None = None
+
+
+def read_steps(run: RunDir) -> list[Step]:
+    """steps.jsonl as records, in the order they were trained; records with neither ``seconds`` nor
+    ``started`` (none the trainer writes) say no span and are left out."""
+    steps = []
+    for record in run.read_steps():
+        end, seconds = parse_time(record["ended"]), record.get("seconds")
+        start = parse_time(record.get("started")) if seconds is None else None
+        if end is None or (seconds is None and start is None):
+            continue
+        seconds = float(seconds) if seconds is not None else max(0.0, (end - start).total_seconds())  # type: ignore[operator]
+        steps.append(Step(record["step"], str(record.get("job_id") or ""), end - timedelta(seconds=seconds), end,
+                          seconds, record.get("reward_spread")))
+    return steps
 
 
 def span(seconds: float | None) -> str:

@@ -245,6 +245,42 @@ def test_status_lists_the_queue_and_one_line_per_run(tmp_path):
         in missing.stderr
 
 
+@pytest.mark.parametrize("make", [lambda p: p.write_text("x"), os.mkfifo, lambda p: p.symlink_to("/dev/null")],
+                         ids=["file", "fifo", "device"])
+def test_status_refuses_a_runs_dir_that_is_no_directory_in_one_line(tmp_path, make):
+    not_a_folder = tmp_path / "runs"
+    make(not_a_folder)
+    result = run_script("status.sh", "--runs_dir", str(not_a_folder), env=fake_slurm(tmp_path / "fake"))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == f"status.sh: bad --runs_dir '{not_a_folder}': not a directory (accepted: a directory of runs)\n"
+
+
+CORRUPT = {  # a run's file -> what a crash, an edit or a neighbour left there, and how status names it
+    "validation.jsonl": (b'[1, 2]\n{"step": 1, "accuracy": "high"}\n', "validation.jsonl line 1: not a JSON object (a list)"),
+    "progress.json": (b'{"step": NaN, "total_steps": 10}', "progress.json: NaN is not a number JSON allows"),
+    "ledger.jsonl": (b"\xff\xfe\x00\x01" * 50 + b"\n", "ledger.jsonl line 1: not UTF-8 text"),
+    "steps.jsonl": (b"[" * 5000 + b"\n", "steps.jsonl line 1: JSON nested too deeply"),
+    "done.json": (b'{"final_step": Infinity}', "done.json: Infinity is not a number JSON allows"),
+}
+
+
+@pytest.mark.parametrize("name", CORRUPT)
+def test_one_corrupt_run_is_marked_unreadable_and_every_other_run_is_shown(tmp_path, name):
+    runs = tmp_path / "runs"
+    _progress_run(runs, "a-sound", "90", step=3, total_steps=10)
+    corrupt = _progress_run(runs, "b-corrupt", "91", step=1, total_steps=10)
+    _progress_run(runs, "c-sound", "92", step=7, total_steps=10)
+    text, named = CORRUPT[name]
+    (corrupt.path / name).write_bytes(text)
+    result = run_script("status.sh", "--runs_dir", str(runs), env=fake_slurm(tmp_path / "fake"))
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert _row(result.stdout, "a-sound")[3] == "3/10" and _row(result.stdout, "c-sound")[3] == "7/10"
+    assert _row(result.stdout, "b-corrupt")[-1].startswith("UNREADABLE: ")
+    assert "Traceback" not in result.stdout
+    below = next(line for line in result.stdout.splitlines() if line.startswith("  b-corrupt: "))
+    assert "unreadable record(s) skipped: " in below and named in below
+
+
 def test_status_names_a_parked_run_with_the_job_that_ended_it_and_the_command_that_resumes_it(tmp_path):
     """r-parked: its job 13 ended TIMEOUT without its end hook (its node lost at the time limit) and
     no job of it is queued: not finished, failed or cancelled, so nothing continues it."""

@@ -9,6 +9,7 @@ from typing import Optional
 
 from hpc.run.monitor.display import Failure, printable, table
 from hpc.run.monitor.logs import LogFinder
+from hpc.run.rundir import read_tail
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError, SlurmFailed
 from hpc.slurm.output import EndedJob
@@ -34,11 +35,8 @@ def end_text(job: EndedJob) -> str:
 
 def tail(path: str, lines: int) -> Optional[list[str]]:
     """The last lines of a log, reading only its end (logs grow large)."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 400 * lines - 4096))
-            text = handle.read().decode(errors="replace")
+    try:  # a regular file only, never a link's target: a FIFO or a device would hang the view
+        text = read_tail(Path(path), 400 * lines + 4096).decode(errors="replace")
     except OSError:
         return None
     return text.splitlines()[-lines:]

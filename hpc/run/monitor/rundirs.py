@@ -77,18 +77,16 @@ def ledger_job_ids(records: list[dict]) -> list[str]:
     return list(ids)
 
 
-def model_dir_of(records: list[dict]) -> Optional[Path]:
+def model_dir_of(run_dir: RunDir, records: list[dict]) -> Optional[Path]:
     """The checkpoint folder the run's jobs use: `export HPC_MODEL_DIR=...` in the
-    newest job script the launcher wrote (the script is what the job really runs)."""
+    newest job script the launcher wrote (the script is what the job really runs),
+    read from the run's scripts/ (never through a link, whatever the ledger says)."""
     for record in reversed(records):
         script = record.get("script") if record.get("event") in ("submit", "chain") else None
-        if not script:
+        text = run_dir.read_text(run_dir.scripts_dir / Path(script).name) if script else None
+        if text is None:
             continue
-        try:
-            lines = Path(script).read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in lines:
+        for line in text.splitlines():
             if line.startswith("export HPC_MODEL_DIR="):
                 try:
                     return Path(shlex.split(line)[1].partition("=")[2])

@@ -45,9 +45,9 @@ def pick_job(job_ids: list[str], active: dict[str, str]) -> str:
     return (running or job_ids or [""])[-1]
 
 
-def checkpoint_text(records: list[dict]) -> str:
+def checkpoint_text(run_dir: RunDir, records: list[dict]) -> str:
     """Latest complete checkpoint step (where the next job resumes), via hpc.run.checkpoints."""
-    folder = model_dir_of(records)
+    folder = model_dir_of(run_dir, records)
     latest = latest_complete(folder) if folder else None
     return "-" if latest is None else str(latest.step)
 
@@ -126,7 +126,7 @@ def run_row(run_dir: RunDir, job: str, state: str, records: list[dict],
     reward_text = f"{reward:.3f}" if isinstance(reward, (int, float)) and not isinstance(reward, bool) else "-"
     over = done or failed or result.startswith(("cancelled", "PARKED"))
     eta = "-" if over else duration(progress.get("eta_seconds"))
-    return [run_dir.name, job or "-", state or "-", step_text, checkpoint_text(records), reward_text,
+    return [run_dir.name, job or "-", state or "-", step_text, checkpoint_text(run_dir, records), reward_text,
             validation_text(run_dir), eta, gpu_hours_text(account), continuations(records), result]
 
 
@@ -150,7 +150,11 @@ class RunView:
     parked: Optional[Parked] = None
 
     def row(self) -> list[object]:
-        return run_row(self.run_dir, self.job, self.state, self.records, self.account, self.flags, self.parked)
+        cells = run_row(self.run_dir, self.job, self.state, self.records, self.account, self.flags, self.parked)
+        if self.run_dir.unreadable:  # what its readers skipped (hpc/run/rundir.py), listed under the table
+            flag = f"UNREADABLE: {len(self.run_dir.unreadable)} record(s) skipped (below)"
+            cells[-1] = flag if cells[-1] == "-" else f"{flag}; {cells[-1]}"
+        return cells
 
 
 class Chargings:
@@ -200,7 +204,7 @@ def run_health(run_dir: RunDir, files: accounting.RunFiles, account: accounting.
                state: str, settings: HealthSettings, now: datetime) -> list[Flag]:
     """STALLED (the running job made no step in a while) and COLLAPSED (no reward spread): hpc/run/health.py."""
     start = next((j.start for j in reversed(account.jobs) if j.job_id == job and j.end is None), None)
-    validations = accounting.objects(run_dir.read_validations)
+    validations = run_dir.read_validations()
     return health_check(files.steps, validations, job, state, start, now, settings)
 
 
@@ -223,6 +227,7 @@ def runs_view(user: str, runs_dir: Path, only: str) -> None:
             print(("  " if sweep else "") + row_of[id(view)])
     print_goodput(views)
     print_parked(views)
+    print_unreadable(views)
     for view in views:
         if view.state == "RUNNING":
             print_service(view.run_dir)
@@ -270,6 +275,15 @@ def print_parked(views: list[RunView]) -> None:
         print("\nParked runs (no job queued, not finished, failed or cancelled): launch again to resume")
     for view in parked_views:
         print(f"  {printable(view.run_dir.name)}: {printable(view.parked.resume)}")
+
+
+def print_unreadable(views: list[RunView]) -> None:
+    """Under the table, what each run's readers skipped: the rest of the run is shown above."""
+    unreadable = [v.run_dir for v in views if v.run_dir.unreadable]
+    if unreadable:
+        print("\nUnreadable records, skipped (the rest of each run is shown above):")
+    for run_dir in unreadable:
+        print(f"  {printable(run_dir.name)}: {printable(run_dir.unreadable_line())}")
 
 
 def print_service(run_dir: RunDir) -> None:

@@ -343,3 +343,35 @@ def test_the_command_refuses_a_directory_that_is_no_run_in_one_line(tmp_path, ca
     assert accounting.main([str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
     assert "is not a run directory" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("sibling", [b"\xff\xfe\x00\x01" * 20 + b"\n", b"[" * 5000 + b"\n", b'{"a": ' * 3000 + b"\n",
+                                     b"[1, 2]\n", b'{"event": "job_start", "job_id": "11", "time": NaN}\n', b"\x00"])
+def test_a_corrupt_ledger_beside_the_run_never_breaks_its_accounting(fake, monkeypatch, capsys, sibling):
+    """A pack job's runs read each other's ledgers: a neighbour's bytes cost the neighbour only."""
+    files, rows = requeued_run(fake)
+    neighbour = fake.path.parent / "neighbour"
+    neighbour.mkdir()
+    (neighbour / "ledger.jsonl").write_bytes(sibling)
+    monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: [r for r in rows if r.job_id in ids])
+    assert accounting.main([str(fake.path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("Run r: where the GPU-hours went (2 job run(s))") and err == ""
+    assert "UNREADABLE" not in out, "the neighbour's records are the neighbour's to show"
+
+
+@pytest.mark.parametrize("line, named", [
+    (b"[1]", "ledger.jsonl line 3: not a JSON object (a list)"),
+    (b'{"event": "job_end", "step": "four"}', "ledger.jsonl line 3: step 'four' is not a whole number"),
+    (b"\xff", "ledger.jsonl line 3: not UTF-8 text"),
+])
+def test_the_commands_accounting_names_the_records_it_skipped(fake, monkeypatch, capsys, line, named):
+    files, rows = requeued_run(fake)
+    ledger = RunDir(fake.path).ledger
+    records = ledger.read_bytes().splitlines(keepends=True)
+    ledger.write_bytes(b"".join(records[:2]) + line + b"\n" + b"".join(records[2:]))
+    monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: [r for r in rows if r.job_id in ids])
+    assert accounting.main([str(fake.path)]) == 0
+    out = capsys.readouterr().out
+    assert "\n11 (run 2)  RUNNING " in out, "the rest of the run is accounted"
+    assert out.rstrip().splitlines()[-1].startswith(f"UNREADABLE: 1 unreadable record(s) skipped: {named}")

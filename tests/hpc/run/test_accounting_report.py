@@ -29,7 +29,7 @@ def pixels(path):
 def test_the_timeline_draws_each_job_run_queued_starting_training_and_lost(fake, tmp_path):  # noqa: F811
     files, rows = requeued_run(fake)
     acc = accounting.account("r", files, rows, GRES, now=t(638))
-    plot_timeline(acc, tmp_path / "timeline.png")
+    plot_timeline(acc, RunDir(tmp_path), tmp_path / "timeline.png")
     size, colors = pixels(tmp_path / "timeline.png")
     assert size == (FIG_SIZE[0] * DPI, FIG_SIZE[1] * DPI)
     assert {ORANGE, GREEN, RED} <= colors

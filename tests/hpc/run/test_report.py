@@ -170,3 +170,80 @@ def test_a_run_with_rewards_but_no_validation_draws_the_reward_panel_alone(tmp_p
     assert report_main([str(run.path)]) == 0
     size, colors = pixels(run.report_dir / "training.png")
     assert size == (FIG_SIZE[0] * DPI, FIG_SIZE[1] * DPI) and BLUE in colors and GREEN not in colors
+
+
+UNREADABLE = {  # a run's file, what is in it, and how the report names what it skipped
+    "ledger.jsonl": (b"\xff\xfe\x00{}\n", "`ledger.jsonl` line 1: not UTF-8 text"),
+    "progress.json": (b"[1, 2]", "`progress.json`: not a JSON object (a list)"),
+    "steps.jsonl": (b'"a step"\n{"step": 2, "ended": "2026-01-01T00:00:00+00:00", "reward_mean": "high"}\n',
+                    "`steps.jsonl` line 1: not a JSON object (the value 'a step')"),
+    "validation.jsonl": (b'{"step": 1}\n', "`validation.jsonl` line 1: no 'accuracy'"),
+    "done.json": (b'{"final_step": NaN}', "`done.json`: NaN is not a number JSON allows"),
+}
+
+
+@pytest.mark.parametrize("name", UNREADABLE)
+def test_a_run_with_unreadable_records_gets_its_report_with_them_named(tmp_path: Path, capsys, name) -> None:
+    run = RunDir(tmp_path / "r")
+    run.append_ledger("submit", job_id="5", cluster="local")
+    run.write_progress({"step": 1, "total_steps": 4})
+    run.record_validation({"step": 1, "accuracy": 0.5}, [])  # only the figures a record must have: '-' for the rest
+    text, named = UNREADABLE[name]
+    (run.path / name).write_bytes(text)
+    assert report_main([str(run.path)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hpc.report: warning: ") and "unreadable record(s) skipped" in err
+    markdown = (run.report_dir / "report.md").read_text()
+    assert "## Unreadable records" in markdown and named in markdown
+
+
+def test_a_run_whose_folder_is_a_progress_file_gets_its_report(tmp_path: Path, capsys) -> None:
+    run = RunDir(tmp_path / "r")
+    run.append_ledger("submit", job_id="5", cluster="local")
+    run.progress_file.mkdir()
+    assert report_main([str(run.path)]) == 0
+    assert "`progress.json`: a folder, not a file" in (run.report_dir / "report.md").read_text()
+
+
+@pytest.mark.parametrize("progress, done, line", [
+    ({"step": 1}, None, "Step 1; in progress."),
+    ({"step": 3, "total_steps": None}, None, "Step 3; in progress."),
+    ({"step": 3, "total_steps": 8}, None, "Step 3 of 8; in progress."),
+    ({}, (8, None), "Step 8; finished."),
+])
+def test_the_report_says_the_step_and_its_total_only_where_the_total_is_known(tmp_path: Path, progress, done,
+                                                                            line) -> None:
+    run = RunDir(tmp_path / "r")
+    run.append_ledger("submit", job_id="5", cluster="local")
+    run.write_progress(progress)
+    if done:
+        run.mark_done(*done)
+    assert report_main([str(run.path)]) == 0
+    markdown = (run.report_dir / "report.md").read_text()
+    assert line in markdown and "None" not in markdown
+
+
+@pytest.mark.parametrize("where", ["report", "report/report.md", "report/training.png"])
+def test_the_report_is_never_written_through_a_link(tmp_path: Path, capsys, where) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "report.md").write_text("someone else's file\n")
+    run = RunDir(tmp_path / "r")
+    for step in (1, 2):
+        run.append_step({"step": step, "reward_mean": 0.5})
+    link = run.path / where
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(outside if where == "report" else outside / "report.md")
+    code = report_main([str(run.path)])
+    err = capsys.readouterr().err
+    assert (outside / "report.md").read_text() == "someone else's file\n" and sorted(os.listdir(outside)) == ["report.md"]
+    if where == "report":  # the folder itself: refused, in one line
+        assert code == 2 and err.count("\n") == 1 and "a link, not followed" in err
+    else:  # a link in the run's own report folder is replaced by the report's file
+        assert code == 0 and not link.is_symlink()
+
+
+@pytest.mark.parametrize("name", ["", ".", ".."])
+def test_a_run_name_that_names_a_folder_around_the_runs_is_refused(tmp_path: Path, capsys, name) -> None:
+    assert report_main([name, "--runs_dir", str(tmp_path)]) == 2
+    assert f"bad RUN {name!r}" in capsys.readouterr().err

@@ -23,12 +23,13 @@ def test_the_checkpoint_column_is_the_latest_complete_checkpoint_of_the_jobs_mod
     torn = ck.step_dir(model, 4)
     torn.mkdir()
     (torn / ck.ADAPTER_CONFIG).write_text("{")
-    script = tmp_path / "job.sbatch"
-    script.write_text(f"#!/bin/bash\nexport HPC_MODEL_DIR='{model}'\n")
+    run = RunDir(tmp_path / "run")
+    script = run.scripts_dir / "job.sbatch"
+    run.write_bytes(script, f"#!/bin/bash\nexport HPC_MODEL_DIR='{model}'\n".encode())
     records = [{"event": "submit", "job_id": "1", "script": str(script)}]
-    assert model_dir_of(records) == model
-    assert runs.checkpoint_text(records) == "3"
-    assert runs.checkpoint_text([{"event": "submit", "job_id": "1", "script": "/no/such"}]) == "-"
+    assert model_dir_of(run, records) == model
+    assert runs.checkpoint_text(run, records) == "3"
+    assert runs.checkpoint_text(run, [{"event": "submit", "job_id": "1", "script": "/no/such"}]) == "-"
 
 
 def test_a_run_shows_its_running_job_rather_than_newer_chained_ones():
