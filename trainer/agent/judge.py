@@ -147,6 +147,25 @@ def _first_json_object(text: str) -> dict[str, Any]:
     raise VerdictParseError(f"no JSON object in reply: {text[:200]!r}")
 
 
+def use_bundled_price_table() -> None:
+    """litellm fetches its model price table from the network when it is imported, unless
+    LITELLM_LOCAL_MODEL_COST_MAP says to use the copy it ships: a command that may import litellm
+    calls this first (compute nodes have no internet, and a command must not wait for it)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def missing_keys(model: str, api_base: str | None = None) -> list[str]:
+    """The environment variables, any one of which litellm needs to call ``model``, when none is set;
+    [] when one is, or the model needs none (a server at ``api_base``, a provider litellm cannot tell)."""
+    if api_base:
+        return []
+    import litellm
+
+    litellm.suppress_debug_info = True  # its "Provider List" banner for a name it does not know
+    keys = litellm.validate_environment(model=model)
+    return [] if keys.get("keys_in_environment") else [str(k) for k in keys.get("missing_keys") or ["?"]]
+
+
 def litellm_route(model: str, api_base: str | None, api_key: str | None) -> tuple[str, dict[str, Any]]:
     """The litellm model name and connection kwargs for a judge model.
 

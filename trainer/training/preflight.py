@@ -532,18 +532,17 @@ def ask_through_litellm(ctx: Context, target: JudgeTarget) -> Check:
     """A provider's model (GEMINI_API_KEY...) or a name litellm routes: through litellm itself."""
     import litellm
 
-    from trainer.agent.judge import litellm_route
+    from trainer.agent.judge import litellm_route, missing_keys
 
     litellm.suppress_debug_info = True  # its "Give Feedback" banner is no error line
     # litellm's logging thread serializes the response after the call returns: its pydantic
     # warnings would land in the .err log as the job's last lines, outside the block below.
     warnings.filterwarnings("ignore", message="Pydantic serializer warnings", category=UserWarning)
     label = judge_label(ctx, target)
-    if target.api_base is None:
-        keys = litellm.validate_environment(model=target.model)
-        if not keys.get("keys_in_environment"):
-            return permanent("judge", f"no key for {label}: {' or '.join(keys.get('missing_keys') or ['?'])} "
-                             "is not set", "put the key in .env (see .env.example), or set JUDGE_API_BASE")
+    missing = missing_keys(target.model, target.api_base)
+    if missing:
+        return permanent("judge", f"no key for {label}: {' or '.join(missing)} is not set",
+                         "put the key in .env (see .env.example), or set JUDGE_API_BASE")
     model, connection = litellm_route(target.model, target.api_base, target.api_key)
     began = time.monotonic()
     try:
