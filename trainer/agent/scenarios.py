@@ -9,10 +9,13 @@ config change never needs the data staged again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ SPLITS = ("train", "test")
 SCENARIOS_DIRNAME = "scenarios"
 FIELDS = ("id", "question", "answer", "message_ids", "how_realistic", "inbox_address", "query_date")
 PREPARE_HINT = "stage the data with `python -m trainer.data prepare`"
+DATE_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # a question's date (query_date)
 
 # Questions ART-E's authors spot-checked and found ambiguous or contradicted by
 # other emails; ART-E leaves them out of every split.
@@ -89,6 +93,16 @@ def _date_text(value: Any) -> str:
     if hasattr(value, "isoformat") and not isinstance(value, str):
         return value.isoformat()
     return _text(value, "query_date")
+
+
+def date_problem(text: str) -> str | None:
+    """Why ``text`` is not a question's date as the data writes it, exactly YYYY-MM-DD in ASCII digits
+    (no other ISO form: no week or ordinal date, no time, no basic form), or None when it is one."""
+    if DATE_FORM.fullmatch(text):
+        with contextlib.suppress(ValueError):
+            date.fromisoformat(text)
+            return None
+    return f"query_date {text!r} is not a date YYYY-MM-DD"
 
 
 def check_split(split: str) -> str:

@@ -17,9 +17,10 @@ vLLM with the LoRA, ``url:...``, or a litellm model).
 - ``GET /health``, ``GET /info`` (model, checkpoint step, data version).
 
 A bad request is a 4xx with one line (``{"error": ...}``): a missing or
-wrong-typed field 422, an unknown inbox 404, a date that does not parse 422, a
-body over 64 KiB 413, no or a wrong token 401; the model failing mid-answer is a
-502. At most ``max_in_flight`` questions run at once and ``max_queue`` wait; the
+wrong-typed field 422, an unknown inbox 404, a date not exactly YYYY-MM-DD 422, a
+body that is no JSON it can read 400, a body over 64 KiB 413 (counted as it arrives,
+chunked or not), a body not sent within ``body_timeout`` seconds (10) 408, no or a
+wrong token 401; the model failing mid-answer is a 502. At most ``max_in_flight`` questions run at once and ``max_queue`` wait; the
 next one is told 503 at once, never left hanging.
 
 A stop signal (the job's USR1 before its limit, TERM from scancel) stops taking
@@ -49,21 +50,22 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from pydantic import BaseModel, Field
 
-from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now, write_json_atomic
+from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, OutsideRun, RunDir, read_bytes, utc_now
 from hpc.run.serving import LOCALHOSTS
+from trainer.agent.judge import use_bundled_price_table
+from trainer.agent.scenarios import date_problem
 from trainer.training.config import ConfigError, TrainerConfig, load_config
 from trainer.evaluation.eval import default_runs_dir, slug
 from trainer.serving.policy import PolicyError, PolicySpec, open_policy, parse_policy
 
 log = logging.getLogger("trainer.serve")
 MAX_BODY_BYTES = 64 * 1024
-SERVE_KEYS = ("model", "host", "port", "max_in_flight", "max_queue", "temperature")
+SERVE_KEYS = ("model", "host", "port", "max_in_flight", "max_queue", "temperature", "body_timeout")
 
 
 class ServeError(Exception):
@@ -79,6 +81,7 @@ class ServeSettings:
     max_in_flight: int = 8
     max_queue: int = 64
     temperature: float = 0.0
+    body_timeout: int = 10  # seconds a request's body may take to arrive (a slow client is cut off)
     token: str | None = None  # required in requests when set
 
     @property
@@ -120,8 +123,7 @@ class Invoke(BaseModel):
 
 
 def create_app(agent: Agent, settings: ServeSettings) -> Any:
-    from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
+    from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
     app = FastAPI(title="ART-E email agent", version="1")
@@ -131,11 +133,8 @@ def create_app(agent: Agent, settings: ServeSettings) -> Any:
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": message}, status_code=status)
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error(422, one_line_validation_error(exc.errors()))
-
-    app.add_middleware(Guard, token=settings.token)
+    one_line_errors(app)
+    app.add_middleware(Guard, token=settings.token, body_timeout=settings.body_timeout)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -168,26 +167,49 @@ def create_app(agent: Agent, settings: ServeSettings) -> Any:
     return app
 
 
-class Guard:
-    """Refuses, before anything is read: a missing or wrong token (401; /health stays open)
-    and a body over MAX_BODY_BYTES (413); times every answer (a ``Server-Timing: app;dur=``
-    header, milliseconds from the request's arrival at the application to its response).
-    Plain ASGI: per request it costs a header lookup."""
+def one_line_errors(app: Any) -> None:
+    """Every refusal FastAPI makes itself (a field missing or of the wrong type, a body it cannot
+    parse, an unknown path or method) as ``{"error": one line}``, like the service's own."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException
 
-    def __init__(self, app: Any, token: str | None) -> None:
-        self.app, self.token = app, token
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Any, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"error": one_line_validation_error(exc.errors())}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def refused(_request: Any, exc: HTTPException) -> JSONResponse:
+        hint = f" {EXPECTED}" if exc.status_code == 400 else ""
+        return JSONResponse({"error": f"{' '.join(str(exc.detail).split())}{hint}"}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+
+class Guard:
+    """Refuses before the application sees a request: a missing or wrong token (401; /health stays
+    open); a body over MAX_BODY_BYTES (413), by its Content-Length at once and by the bytes that
+    actually arrive, whatever the transfer encoding (chunked, a Content-Length that lies); a body
+    that has not arrived within ``body_timeout`` seconds (408: a slow client holds no slot). A
+    refusal closes the connection. The application gets the body already read. Times every answer
+    (a ``Server-Timing: app;dur=`` header, milliseconds from the request's arrival to its response).
+    Plain ASGI."""
+
+    def __init__(self, app: Any, token: str | None, body_timeout: float = 10.0) -> None:
+        self.app, self.token, self.body_timeout = app, token, body_timeout
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            headers = dict(scope["headers"])
-            refusal = self.refusal(scope["path"], headers)
-            if refusal is not None:
-                from fastapi.responses import JSONResponse
-
-                await JSONResponse({"error": refusal[1]}, status_code=refusal[0])(scope, receive, send)
-                return
-            send = timed(send, time.monotonic())
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began = time.monotonic()
+        refusal = self.refusal(scope["path"], dict(scope["headers"]))
+        body: bytes | None = b""
+        if refusal is None:
+            body, refusal = await read_body(receive, self.body_timeout)
+        if refusal is not None:
+            await refuse(refusal, scope, receive, send)
+        elif body is not None:  # None: the client went away while sending it
+            await self.app(scope, replay(body, receive), timed(send, began))
 
     def refusal(self, path: str, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
         authorization = headers.get(b"authorization", b"").decode("latin-1")
@@ -197,6 +219,45 @@ class Guard:
         if not length.isdigit() or int(length) > MAX_BODY_BYTES:
             return 413, f"request body over {MAX_BODY_BYTES} bytes"
         return None
+
+
+async def read_body(receive: Any, timeout: float) -> tuple[bytes | None, tuple[int, str] | None]:
+    """The request's body, counted as it arrives: (body, None), or (None, the refusal) past
+    MAX_BODY_BYTES or ``timeout`` seconds for all of it, or (None, None) when the client left."""
+    loop = asyncio.get_running_loop()
+    deadline, chunks, size = loop.time() + timeout, [], 0
+    while True:
+        try:
+            message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+        except asyncio.TimeoutError:
+            return None, (408, f"request body not received within {timeout:g} s")
+        if message["type"] != "http.request":
+            return None, None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None, (413, f"request body over {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks), None
+
+
+def replay(body: bytes, receive: Any) -> Any:
+    """``receive`` for the application: the body read already, then the connection's own messages."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def again() -> dict[str, Any]:
+        return pending.pop() if pending else await receive()
+
+    return again
+
+
+async def refuse(refusal: tuple[int, str], scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The refusal in one line, and the connection closed (what is left of a body is never read)."""
+    from fastapi.responses import JSONResponse
+
+    status, message = refusal
+    await JSONResponse({"error": message}, status_code=status, headers={"connection": "close"})(scope, receive, send)
 
 
 def timed(send: Any, began: float) -> Any:
@@ -210,10 +271,13 @@ def timed(send: Any, began: float) -> Any:
     return send_timed
 
 
+EXPECTED = '(expected JSON {"question", "inbox", "query_date": YYYY-MM-DD})'
+
+
 def one_line_validation_error(errors: list[dict[str, Any]]) -> str:
     first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
     where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "body"
-    return f"{where}: {first.get('msg', 'invalid')} (expected JSON {{\"question\", \"inbox\", \"query_date\": YYYY-MM-DD}})"
+    return f"{where}: {' '.join(str(first.get('msg', 'invalid')).split())} {EXPECTED}"
 
 
 def token_ok(header: str | None, token: str) -> bool:
@@ -222,10 +286,9 @@ def token_ok(header: str | None, token: str) -> bool:
 
 
 def request_problem(inbox: str, query_date: str, db: Any) -> tuple[int, str] | None:
-    try:
-        date.fromisoformat(query_date)
-    except ValueError:
-        return 422, f"query_date {query_date!r} is not a date YYYY-MM-DD"
+    problem = date_problem(query_date)
+    if problem is not None:
+        return 422, problem
     if not db.has_inbox(inbox):
         return 404, f"unknown inbox {inbox!r}: no email in the database was sent by or to it"
     return None
@@ -248,22 +311,19 @@ def answer_of(trajectory: Any, latency: float, with_transcript: bool) -> dict[st
 
 
 def ensure_token(run: RunDir) -> str:
-    """The run's serving token: read, or generated into serve/token with mode 0600."""
+    """The run's serving token: read, or generated into serve/token with mode 0600 (never through a link)."""
     path = run.serve_dir / "token"
-    if path.exists():
-        return path.read_text().strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if run.holds(path):
+        return read_bytes(path, run.path).decode(errors="replace").strip()
     token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
+    run.write_new(path, (token + "\n").encode(), 0o600)
     return token
 
 
 def write_address(run: RunDir, settings: ServeSettings, model: str) -> Path:
     """serve/address.json: where the service listens, for status.sh and trainer.ask."""
     path = run.serve_dir / "address.json"
-    write_json_atomic(path, {"node": socket.gethostname(), "host": settings.host, "port": settings.port,
+    run.write_json(path, {"node": socket.gethostname(), "host": settings.host, "port": settings.port,
                              "token_required": settings.token is not None, "model": model, "pid": os.getpid(),
                              "job_id": os.environ.get("SLURM_JOB_ID"), "started": utc_now()})
     return path
@@ -305,7 +365,7 @@ def served_policy(spec: PolicySpec, config: TrainerConfig, run: RunDir,
         info["checkpoint_step"] = step
     base_model = base_model_for(config.base_model, list(adapters.values()))
     server = VLLMServer(ServerSpec(base_model, adapters, port=free_port(), max_model_len=config.max_seq_length,
-                                   fast_start=config.vllm_fast_start), run.serve_dir / "vllm.log")
+                                   fast_start=config.vllm_fast_start), run.serve_dir / "vllm.log", log_root=run.path)
     with server:
         yield open_policy(spec, base_url=server.base_url), {**info, "model": spec.label, "base_model": base_model}
 
@@ -390,7 +450,8 @@ def parse_args(argv: list[str]) -> tuple[str, TrainerConfig, PolicySpec, ServeSe
                              port=args.port or int_value(values, "port", 8080),
                              max_in_flight=int_value(values, "max_in_flight", 8),
                              max_queue=int_value(values, "max_queue", 64),
-                             temperature=float(values.get("temperature", 0.0)))
+                             body_timeout=int_value(values, "body_timeout", 10),
+                             temperature=temperature_value(values))
     spec = parse_policy(model, config.base_model)
     run_dir = args.run_dir or (Path(os.environ["HPC_RUN_DIR"]) if os.environ.get("HPC_RUN_DIR")
                                else default_runs_dir() / f"serve-{slug(spec.label)}")
@@ -401,14 +462,25 @@ def int_value(values: dict[str, str], key: str, default: int) -> int:
     text = values.get(key)
     if text is None:
         return default
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise ServeError(f"invalid {key}={text!r}: expected an integer >= 1")
     return int(text)
 
 
+def temperature_value(values: dict[str, str]) -> float:
+    text = values.get("temperature", "0")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 2.0:  # NaN too
+        raise ServeError(f"invalid temperature={text!r}: expected a number from 0 to 2")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(name)s] %(message)s", datefmt="%H:%M:%S")
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    use_bundled_price_table()
     try:
         _, config, spec, settings, run = parse_args(sys.argv[1:] if argv is None else argv)
         from trainer.staging.data import default_data_dir
@@ -424,6 +496,9 @@ def main(argv: list[str] | None = None) -> int:
             run_service(agent, settings, lambda: announce(run, settings, info["model"]))
     except (ServeError, PolicyError) as error:
         print(f"trainer.serve: error: {error}", file=sys.stderr)
+        return 2
+    except OutsideRun as error:  # serve/ or one of its files is a link: the run's files stay inside it
+        print(f"trainer.serve: error: {error.filename}: {error.strerror}", file=sys.stderr)
         return 2
     print("trainer.serve: stopped", flush=True)
     return EXIT_STOPPED_FOR_TIME  # stopped on request: a cancel ends the run, a time limit continues it

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Mapping
 
 from hpc.job.vllm_runtime import with_runner_defaults
+from hpc.run.rundir import open_inside
 
 DEFAULT_TOOL_PARSER = "hermes"  # Qwen2.5's <tool_call> format
 BASE_NAME = "base"  # the name the base model is served under
@@ -119,8 +120,12 @@ class VLLMServer:
     """A vLLM server child process: ``with VLLMServer(spec, log) as server: server.base_url``."""
 
     def __init__(self, spec: ServerSpec, log_path: Path, *, vllm: Path | None = None,
-                 env: Mapping[str, str] | None = None, ready_timeout: float = 1800.0) -> None:
+                 env: Mapping[str, str] | None = None, ready_timeout: float = 1800.0,
+                 log_root: Path | None = None) -> None:
+        """``log_root``: the run directory the log is in (reached without following a link below it);
+        default, the log's own folder (the log itself is never a link followed)."""
         self.spec, self.log_path, self.ready_timeout = spec, Path(log_path), ready_timeout
+        self.log_root = Path(log_root) if log_root is not None else self.log_path.parent
         self._vllm, self._env = vllm, with_runner_defaults(env if env is not None else os.environ)
         self._process: subprocess.Popen | None = None
 
@@ -130,8 +135,7 @@ class VLLMServer:
 
     def start(self) -> "VLLMServer":
         argv = command(self.spec, self._vllm or find_vllm(self._env))
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
+        with os.fdopen(open_inside(self.log_root, self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
             self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self._env,
                                              start_new_session=True)
         self.wait_ready()

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -20,6 +22,7 @@ from trainer.serving.ask import main as ask_main
 from trainer.serving.vllm_server import free_port
 
 REPO = Path(__file__).resolve().parents[3]
+BODY_TIMEOUT = 2  # seconds the module's service waits for a request's body
 INBOX = "vince.kaminski@enron.com"
 SOURCE = "<10067.1075840530573.JavaMail.evans@thyme>"
 
@@ -63,14 +66,16 @@ def start(model: OpenAIServer, data_dir: Path, run_dir: Path, *extra: str) -> tu
 @pytest.fixture(scope="module")
 def service(model, tmp_path_factory, art_e_data_dir) -> Iterator[str]:
     run_dir = tmp_path_factory.mktemp("serve_run")
-    child, url = start(model, art_e_data_dir, run_dir, "max_in_flight=1", "max_queue=1")
+    child, url = start(model, art_e_data_dir, run_dir, "max_in_flight=1", "max_queue=1", f"body_timeout={BODY_TIMEOUT}")
     yield url
     child.terminate()
     assert child.wait(30) == 75, "stopped cleanly at TERM (75: stopped on request)"
 
 
 def invoke(url: str, body: object, **kw) -> httpx.Response:
-    return httpx.post(f"{url}/invoke", json=body, timeout=60, **kw)
+    """POST /invoke with ``body`` as JSON (bytes: as they are)."""
+    sent = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, bytes) else {"json": body}
+    return httpx.post(f"{url}/invoke", **sent, timeout=60, **kw)
 
 
 def test_an_answer_carries_the_agents_answer_sources_turns_and_latency(service: str) -> None:
@@ -100,6 +105,10 @@ def test_health_and_info_say_what_is_served(service: str) -> None:
     ({"question": "q", "inbox": "nobody@nowhere.org", "query_date": "2000-03-28"}, 404, "unknown inbox 'nobody@nowhere.org'"),
     ({"question": "q", "inbox": INBOX, "query_date": "2000-13-45"}, 422, "query_date '2000-13-45' is not a date"),
     ("not an object", 422, "expected JSON"),
+    (b"[" * 60_000, 400, "expected JSON"),  # nested too deeply for the parser: still one line in "error"
+    (b'{"question": ' * 5000, 400, "expected JSON"),
+    (b"\xff\xfe{}", 422, "expected JSON"),
+    ({"question": "q", "inbox": INBOX, "query_date": {"a": [[[[[[1]]]]]]}}, 422, "query_date"),
 ])
 def test_a_bad_request_gets_a_4xx_with_one_line(service: str, body: object, status: int, fragment: str) -> None:
     reply = invoke(service, body)
@@ -107,9 +116,96 @@ def test_a_bad_request_gets_a_4xx_with_one_line(service: str, body: object, stat
     assert "\n" not in reply.json()["error"]
 
 
+@pytest.mark.parametrize("query_date", [
+    "20000328xx", "2000032800", "2000-W13-2", "2000-088-1", "2000-03-2\uff18", "\u0662\u0660\u0660\u0660-03-28",
+    "2000/03/28", "2000-3-28 ", " 2000-3-28", "2000-02-30", "0000-01-01", "2000-03-28T00:00", "+2000-03-2",
+])
+def test_a_query_date_other_than_exactly_yyyy_mm_dd_is_refused(service: str, query_date: str) -> None:
+    reply = invoke(service, {"question": "q", "inbox": INBOX, "query_date": query_date})
+    assert reply.status_code == 422, (query_date, reply.text)
+    assert "query_date" in reply.json()["error"] and "\n" not in reply.json()["error"]
+
+
+def test_an_unknown_path_or_method_says_so_in_the_same_error_form(service: str) -> None:
+    assert httpx.get(f"{service}/nowhere").json() == {"error": "Not Found"}
+    assert httpx.get(f"{service}/invoke").json() == {"error": "Method Not Allowed"}
+
+
 def test_an_oversized_body_is_413_and_not_read(service: str) -> None:
     reply = invoke(service, {"question": "x" * 70_000, "inbox": INBOX, "query_date": "2000-03-28"})
     assert reply.status_code == 413 and "over 65536 bytes" in reply.json()["error"]
+
+
+# -- the body limit on the bytes that arrive, with raw sockets -----------------------------------------
+
+
+def exchange(url: str, head: str, parts: Iterable[bytes] = (), gap: float = 0.0) -> tuple[int, bytes, float]:
+    """Send a request's head, then its body ``parts`` (``gap`` seconds apart) as a client would, up to
+    where the service stops reading; (status, the reply, seconds until the service closed)."""
+    where = urlsplit(url)
+    began = time.monotonic()
+    with socket.create_connection((where.hostname, where.port), timeout=30) as connection:
+        connection.sendall(head.replace("\n", "\r\n").encode() + b"\r\n")
+        try:
+            for part in parts:
+                connection.sendall(part)
+                time.sleep(gap)
+        except OSError:  # the service refused and closed: its reply is read below
+            pass
+        reply = b""
+        try:
+            while chunk := connection.recv(65536):
+                reply += chunk
+        except ConnectionResetError:
+            pass
+    return int(reply.split(b" ", 2)[1]) if reply.startswith(b"HTTP/") else 0, reply, time.monotonic() - began
+
+
+def chunked(size: int, piece: int, extension: str = "") -> list[bytes]:
+    """``size`` bytes of a JSON-ish body in chunks of ``piece`` bytes (chunked transfer coding), ended."""
+    chunks = [b"x" * min(piece, size - start) for start in range(0, size, piece)]
+    return [f"{len(c):x}{extension}\r\n".encode() + c + b"\r\n" for c in chunks] + [b"0\r\n\r\n"]
+
+
+HEAD = "POST /invoke HTTP/1.1\nHost: x\nContent-Type: application/json\n"
+
+
+@pytest.mark.parametrize("head, parts", [
+    (HEAD + "Transfer-Encoding: chunked\n", chunked(70_000, 4096)),  # no Content-Length at all
+    (HEAD + "Transfer-Encoding: chunked\n", chunked(70_000, 70_000)),  # one big chunk
+    (HEAD + "Transfer-Encoding: chunked\n", chunked(66_000, 97, ";ext=1")),  # small chunks with extensions
+    (HEAD + "Transfer-Encoding: chunked\nContent-Length: 10\n", chunked(70_000, 8192)),  # a Content-Length that lies
+    (HEAD + "Content-Length: 70000\n", [b"x" * 70_000]),
+    (HEAD + "Content-Length: 0070000\n", [b"x" * 10]),  # refused by its length before a byte is read
+], ids=["chunked", "one-big-chunk", "chunk-extensions", "chunked-and-lying-length", "length", "length-zero-padded"])
+def test_a_body_over_64_kib_is_refused_whatever_its_transfer_encoding(service: str, head: str, parts) -> None:
+    status, reply, _ = exchange(service, head, parts)
+    assert status in (400, 413), reply[:300]  # 400: a parser that refuses the mixed framing itself
+    if status == 413:
+        assert b"over 65536 bytes" in reply and b"connection: close" in reply.lower()
+
+
+def test_a_body_of_exactly_64_kib_is_read(service: str) -> None:
+    body = json.dumps({"question": "q", "inbox": INBOX, "query_date": "2000-03-28", "pad": ""}).encode()
+    body = body[:-2] + b" " * (65536 - len(body)) + body[-2:]
+    status, reply, _ = exchange(service, HEAD + "Transfer-Encoding: chunked\n", chunked_bytes(body, 1000))
+    assert status == 200, reply[:300]
+
+
+def chunked_bytes(body: bytes, piece: int) -> list[bytes]:
+    parts = [body[i:i + piece] for i in range(0, len(body), piece)]
+    return [f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in parts] + [b"0\r\n\r\n"]
+
+
+@pytest.mark.parametrize("head, parts, gap", [
+    (HEAD + "Content-Length: 200\n", [b'{"question": '], 0.0),  # stops sending
+    (HEAD + "Content-Length: 200\n", [b"x"] * 40, 0.25),  # a trickle: each byte in time, the whole too late
+    (HEAD + "Transfer-Encoding: chunked\n", [b"5\r\nxxxxx\r\n"], 0.0),  # a chunked body never ended
+], ids=["stops", "trickle", "chunked-unended"])
+def test_a_client_that_sends_its_body_slowly_is_cut_off(service: str, head: str, parts, gap: float) -> None:
+    status, reply, seconds = exchange(service, head, parts, gap)
+    assert status == 408 and b"not received within 2 s" in reply, reply[:300]
+    assert seconds < BODY_TIMEOUT + 5
 
 
 def test_the_model_failing_mid_answer_is_a_502_with_the_reason(service: str) -> None:
