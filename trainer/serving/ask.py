@@ -6,8 +6,9 @@
         --model openai/o3              # no service: the agent loop once, here, with that model
 
 Prints the answer, the ids of the emails it cites, the turns and the latency
-(``--transcript`` adds the conversation). Exit 2 on bad input, 1 when the service
-or the model answers with an error (its one-line reason is printed).
+(``--transcript`` adds the conversation). Exit 2 on bad input (a date not exactly
+YYYY-MM-DD is refused before anything is asked), 1 when the service or the model
+answers with an error, or the model's key is not set (its one-line reason is printed).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from trainer.agent.judge import missing_keys, use_bundled_price_table
+from trainer.agent.scenarios import date_problem
 
 EXIT_BAD_INPUT, EXIT_FAILED = 2, 1
 
@@ -36,13 +40,16 @@ def service_of(run: str) -> tuple[str, str | None]:
     from hpc.run.serving import address_of
     from trainer.evaluation.eval import default_runs_dir
 
+    if run in ("", ".", ".."):
+        raise AskError(f"bad --run {run!r} (accepted: a serve job's run name or directory)", EXIT_BAD_INPUT)
     served = RunDir(Path(run) if "/" in run else default_runs_dir() / run)
     folder, address = served.serve_dir, address_of(served)
     if address is None:
-        raise AskError(f"{folder} has no address.json: is the serve job running?", EXIT_BAD_INPUT)
+        why = f" ({served.unreadable_line()})" if served.unreadable else ": is the serve job running?"
+        raise AskError(f"{folder} has no readable address.json{why}", EXIT_BAD_INPUT)
     host = "127.0.0.1" if address["host"] in ("0.0.0.0", "::") else address["host"]
-    token = (folder / "token").read_text().strip() if address.get("token_required") else None
-    return f"http://{host}:{address['port']}", token
+    token = served.read_text(folder / "token") if address.get("token_required") else None
+    return f"http://{host}:{address['port']}", token.strip() if token else None
 
 
 def ask_service(url: str, token: str | None, body: dict[str, Any]) -> dict[str, Any]:
@@ -51,31 +58,47 @@ def ask_service(url: str, token: str | None, body: dict[str, Any]) -> dict[str, 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         response = httpx.post(f"{url.rstrip('/')}/invoke", json=body, headers=headers, timeout=600)
+        data = response.json()
     except httpx.HTTPError as error:
         raise AskError(f"cannot reach {url}: {error}") from None
-    data = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+    except ValueError:  # not JSON: a proxy's page, say
+        data = None
     if response.status_code != 200:
-        raise AskError(f"{response.status_code}: {data.get('error') or response.text[:300]}",
+        said = data.get("error") if isinstance(data, dict) else None
+        raise AskError(f"{response.status_code}: {' '.join(str(said or response.text[:300]).split())}",
                        EXIT_BAD_INPUT if 400 <= response.status_code < 500 else EXIT_FAILED)
+    if not isinstance(data, dict) or not {"answer", "source_ids", "turns", "latency_s"} <= set(data):
+        raise AskError(f"{url} answered 200 with no answer in it: is it trainer.serve?")
     return data
 
 
 def ask_model(model: str, config_name: str, body: dict[str, Any]) -> dict[str, Any]:
     """No service: the serving agent's loop once, in this process."""
-    from trainer.training.config import load_config
     from trainer.staging.data import default_data_dir
     from trainer.agent.email_db import EmailDB
-    from trainer.serving.policy import open_policy, parse_policy
+    from trainer.serving.policy import PolicyError, open_policy, parse_policy
     from trainer.serving.serve import Agent, answer_of, request_problem
+    from trainer.training.config import ConfigError, load_config
 
-    config = load_config(config_name)
+    try:
+        config = load_config(config_name)
+        spec = parse_policy(model, config.base_model)
+        policy = open_policy(spec)  # a checkpoint or base model needs a server: refused here
+    except (ConfigError, PolicyError) as error:
+        raise AskError(str(error), EXIT_BAD_INPUT) from None
+    missing = missing_keys(spec.name) if spec.kind == "litellm" else []
+    if missing:
+        raise AskError(f"no key for {model}: {' or '.join(missing)} is not set (put it in .env or the environment)")
     with EmailDB(default_data_dir() / "enron_emails.db") as db:
         problem = request_problem(body["inbox"], body["query_date"], db)
         if problem is not None:
             raise AskError(problem[1], EXIT_BAD_INPUT)
-        agent = Agent(open_policy(parse_policy(model, config.base_model)), db, config, 0.0)
+        agent = Agent(policy, db, config, 0.0)
         began = time.monotonic()
-        trajectory = asyncio.run(agent.answer(body["question"], body["inbox"], body["query_date"]))
+        try:
+            trajectory = asyncio.run(agent.answer(body["question"], body["inbox"], body["query_date"]))
+        except Exception as error:  # noqa: BLE001 - the model failed mid-answer: its reason, in one line
+            raise AskError(f"the model failed: {type(error).__name__}: {' '.join(str(error).split())[:300]}") from None
         return answer_of(trajectory, time.monotonic() - began, body["transcript"])
 
 
@@ -93,8 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="agent_008", help="with --model: the agent's config")
     parser.add_argument("--transcript", action="store_true")
     args = parser.parse_args(argv)
+    use_bundled_price_table()  # before anything imports litellm: no price table fetched from the network
     body = {"question": args.question, "inbox": args.inbox, "query_date": args.date, "transcript": args.transcript}
     try:
+        if date_problem(args.date) is not None:  # before any service or model is asked
+            raise AskError(f"bad --date {args.date!r} (accepted: a date YYYY-MM-DD)", EXIT_BAD_INPUT)
         if args.model:
             reply = ask_model(args.model, args.config, body)
         else:
