@@ -19,7 +19,10 @@ question, expected and given answer, correct, sources found/read, turns,
 latency, tokens) and ``summary.json``, in the evaluated run's directory (a
 checkpoint), or ``--run``'s (baselines to compare a run with), else
 ``<runs dir>/evaluations``. A model already evaluated on the same questions
-with the same judge is not run again unless ``--force``.
+with the same judge is not run again unless ``--force``; a question that failed
+(the model or the judge did not answer) is never a result kept: the next run asks
+it again, and only it. A key that a model or the judge needs and that is not set
+is one line (exit 2) before any question is asked.
 """
 
 from __future__ import annotations
@@ -35,13 +38,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints
-from hpc.run.rundir import RunDir, read_json, utc_now, write_json_atomic, write_jsonl_atomic
+from hpc.run import fields as kinds
+from hpc.run.rundir import (RUN_NAME_ACCEPTED, OutsideRun, RunDir, is_run_name, read_json, read_jsonl, utc_now, write_json_atomic,
+                            write_jsonl_atomic)
+from trainer.agent.judge import use_bundled_price_table
 from trainer.training.config import ConfigError, TrainerConfig, load_config
 from trainer.evaluation.engine import split_key
 from trainer.serving.policy import PolicyError, PolicySpec, open_policy, parse_policy
 
 if TYPE_CHECKING:
     from trainer.agent.scenarios import Scenario
+    from trainer.evaluation.engine import QuestionResult
 
 log = logging.getLogger("trainer.eval")
 EVAL_KEYS = ("models", "split", "limit", "concurrency", "run", "force")
@@ -72,21 +79,61 @@ class EvalPlan:
 
 
 def slug(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._@-]+", "_", label)
+    """A model's label as one folder name (never '.' or '..')."""
+    name = re.sub(r"[^A-Za-z0-9._@-]+", "_", label)
+    return name.replace(".", "_") if set(name) <= {"."} else name
 
 
-def results_dir(plan: EvalPlan, spec: PolicySpec, key: str) -> Path:
+@dataclass(frozen=True)
+class Results:
+    """Where a model's results on a split go: ``folder``, inside ``root`` (the owning run's directory,
+    or the runs directory's ``evaluations``), reached without following a link below it."""
+
+    root: Path
+    folder: Path
+
+    def read_summary(self) -> dict[str, Any] | None:
+        return read_json(self.folder / "summary.json", self.root, kinds.EVALUATION)
+
+    def kept(self, judge_model: str) -> dict[int, "QuestionResult"]:
+        """The questions answered and judged last time by this judge (a failed one is asked again)."""
+        summary = self.read_summary()
+        if summary is None or summary.get("judge_model") != judge_model:
+            return {}
+        found = (answered(record) for record in read_jsonl(self.folder / "records.jsonl", self.root))
+        return {result.id: result for result in found if result is not None}
+
+    def write(self, records: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        write_jsonl_atomic(self.folder / "records.jsonl", records, self.root)
+        write_json_atomic(self.folder / "summary.json", summary, root=self.root)
+
+
+def answered(record: dict[str, Any]) -> "QuestionResult | None":
+    """A record of records.jsonl as a result, if it is one of a question answered and judged."""
+    from trainer.evaluation.engine import QuestionResult
+
+    try:
+        result = QuestionResult(**record)
+    except TypeError:  # another version's fields
+        return None
+    ok = isinstance(result.id, int) and result.error is None and result.judge_failed is False
+    return result if ok and isinstance(result.correct, bool) else None
+
+
+def results_dir(plan: EvalPlan, spec: PolicySpec, key: str) -> Results:
     """A checkpoint's results live in its run; others in --run's, else the runs dir's."""
     owner = spec.name if spec.kind == "checkpoint" else plan.run
-    base = RunDir(plan.runs_dir / owner).evaluations_dir if owner else plan.runs_dir / "evaluations"
-    return base / key / slug(spec.label)
+    root = RunDir(plan.runs_dir / owner).path if owner else plan.runs_dir / "evaluations"
+    base = RunDir(root).evaluations_dir if owner else root
+    return Results(root, base / key / slug(spec.label))
 
 
-def already_done(folder: Path, judge_model: str, force: bool) -> dict[str, Any] | None:
-    summary = read_json(folder / "summary.json")
+def already_done(results: Results, judge_model: str, force: bool) -> dict[str, Any] | None:
+    """The summary of an evaluation by this judge in which every question was answered and judged."""
+    summary = results.read_summary()
     if force or summary is None or summary.get("judge_model") != judge_model:
         return None
-    return summary
+    return summary if not summary.get("failed") and not summary.get("judge_failed") else None
 
 
 # -- checkpoints ---------------------------------------------------------------------------
@@ -135,16 +182,21 @@ async def evaluate_one(plan: EvalPlan, spec: PolicySpec, scenarios: list["Scenar
     config = plan.config
     agent = AgentConfig(max_turns=config.max_turns, max_tokens=config.max_tokens,
                         tool_calling=config.tool_calling, temperature=config.temperature)
+    where = results_dir(plan, spec, key)
+    kept = {} if plan.force else where.kept(judge.model)
+    asked = [s for s in scenarios if s.id not in kept]
+    if kept:
+        log.info("%s: %d question(s) kept from the last run, asking the %d that failed", spec.label, len(kept), len(asked))
     with EmailDB(plan.data_dir / "enron_emails.db") as db:
-        results = await evaluate(policy, scenarios, db=db, judge=judge, agent=agent,
-                                 concurrency=plan.concurrency or config.eval_concurrency)
-    assert results is not None  # no stop event: the evaluation always completes
+        fresh = await evaluate(policy, asked, db=db, judge=judge, agent=agent,
+                               concurrency=plan.concurrency or config.eval_concurrency)
+    assert fresh is not None  # no stop event: the evaluation always completes
+    by_id = {**kept, **{r.id: r for r in fresh}}
+    results = [by_id[s.id] for s in scenarios]
     summary = {"model": spec.label, "kind": spec.kind, "split": plan.split, "split_key": key,
                "judge_model": judge.model, **summarize(results), "time": utc_now()}
-    folder = results_dir(plan, spec, key)
-    write_jsonl_atomic(folder / "records.jsonl", records(results))
-    write_json_atomic(folder / "summary.json", summary)
-    log.info("%s: accuracy %.3f on %d questions (%s)", spec.label, summary["accuracy"], len(results), folder)
+    where.write(records(results), summary)
+    log.info("%s: accuracy %.3f on %d questions (%s)", spec.label, summary["accuracy"], len(results), where.folder)
     return summary
 
 
@@ -167,12 +219,27 @@ async def run_plan(plan: EvalPlan) -> list[dict[str, Any]]:
             summaries.append(done)
         else:
             todo.append((spec, adapter))
+    check_keys([spec for spec, _ in todo], judge)
     for spec, adapter in [t for t in todo if t[1] is None and t[0].kind != "base"]:
         summaries.append(await evaluate_one(plan, spec, scenarios, key, open_policy(spec), judge))
     served = [t for t in todo if t[1] is not None or t[0].kind == "base"]
     if served:
         summaries += await evaluate_served(plan, served, scenarios, key, judge)
     return summaries
+
+
+def check_keys(specs: list[PolicySpec], judge: Any) -> None:
+    """Every key the models to ask and their judge need, before any question (EvalError: one line)."""
+    if not specs:
+        return
+    from trainer.agent.judge import missing_keys
+
+    needs = [(f"the judge {judge.model}", missing_keys(judge.model, judge.api_base), "or set JUDGE_API_BASE")]
+    needs += [(spec.label, missing_keys(spec.name), "") for spec in specs if spec.kind == "litellm"]
+    for who, missing, other in needs:
+        if missing:
+            raise EvalError(f"no key for {who}: {' or '.join(missing)} is not set (put it in .env{', ' + other if other else ''}); "
+                            "nothing was asked")
 
 
 async def evaluate_served(plan: EvalPlan, served: list[tuple[PolicySpec, Path | None]],
@@ -220,13 +287,34 @@ def parse_args(argv: list[str]) -> EvalPlan:
     return EvalPlan(
         config_name=args.config, config=config,
         models=[parse_policy(name, config.base_model) for name in names],
-        split=args.split or settings.get("split", "test"),
-        limit=args.limit or int_setting(settings, "limit"),
-        concurrency=args.concurrency or int_setting(settings, "concurrency"),
-        run=args.run or settings.get("run"),
+        split=split_of(args.split if args.split is not None else settings.get("split", "test")),
+        limit=at_least_one("limit", args.limit, settings), concurrency=at_least_one("concurrency", args.concurrency, settings),
+        run=run_of(args.run if args.run is not None else settings.get("run")),
         force=args.force or settings.get("force", "").lower() in ("1", "true", "yes"),
         runs_dir=default_runs_dir(), data_dir=data_dir(),
     )
+
+
+def split_of(split: str) -> str:
+    from trainer.agent.scenarios import SPLITS
+
+    if split not in SPLITS:
+        raise EvalError(f"invalid split {split!r}: accepted {' or '.join(SPLITS)}")
+    return split
+
+
+def at_least_one(key: str, flag: int | None, settings: dict[str, str]) -> int | None:
+    """--KEY N or KEY=N: a whole number >= 1, or None (the config's)."""
+    if flag is not None and flag < 1:
+        raise EvalError(f"invalid --{key} {flag}: expected an integer >= 1")
+    return flag if flag is not None else int_setting(settings, key)
+
+
+def run_of(run: str | None) -> str | None:
+    """--run: the name of a run directory under the runs directory, where results go."""
+    if run is not None and not is_run_name(run):
+        raise EvalError(f"invalid --run {run!r}: a run's name, {RUN_NAME_ACCEPTED}")
+    return run
 
 
 def split_settings(pairs: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -246,7 +334,7 @@ def int_setting(settings: dict[str, str], key: str) -> int | None:
     if key not in settings:
         return None
     value = settings[key]
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise EvalError(f"invalid {key}={value!r}: expected an integer >= 1")
     return int(value)
 
@@ -270,12 +358,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(name)s] %(message)s", datefmt="%H:%M:%S")
     for noisy in ("httpx", "LiteLLM", "litellm", "openai"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    use_bundled_price_table()
     try:
         plan = parse_args(sys.argv[1:] if argv is None else argv)
         summaries = asyncio.run(run_plan(plan))
     except (EvalError, PolicyError) as error:
         print(f"trainer.eval: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OutsideRun as error:  # a link where results go: a run's files stay inside it
+        print(f"trainer.eval: error: {error.filename}: {error.strerror}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as error:  # noqa: BLE001 - e.g. the data or vLLM: one line, the log has the rest
         from trainer.staging.data import SourceError
@@ -286,14 +377,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trainer.eval: error: {error}", file=sys.stderr)
         return 1
     print(format_table(summaries))
-    return 0
+    return failures_said(summaries)
+
+
+def failures_said(summaries: list[dict[str, Any]]) -> int:
+    """One line when questions failed (kept as no result: the same command asks them again);
+    exit 1 when every question of a model failed, else 0."""
+    failed = sum(s.get("failed", 0) + s.get("judge_failed", 0) for s in summaries)
+    if failed:
+        print(f"trainer.eval: {failed} question(s) failed (the model or the judge did not answer; their errors are "
+              "in records.jsonl): not kept as results, the same command asks them again", file=sys.stderr)
+    return 1 if any(s.get("failed", 0) + s.get("judge_failed", 0) >= s.get("questions", 0) > 0 for s in summaries) else 0
 
 
 def format_table(summaries: list[dict[str, Any]]) -> str:
     rows = [f"{'model':40} {'accuracy':>8} {'idk':>6} {'wrong':>6} {'turns':>6} {'failed':>6}"]
     for s in summaries:
-        rows.append(f"{s['model'][:40]:40} {s['accuracy']:8.3f} {s['i_dont_know_rate']:6.3f} "
-                    f"{s['wrong_answer_rate']:6.3f} {s['mean_turns']:6.2f} {s['failed']:6d}")
+        rows.append(f"{s['model'][:40]:40} {s['accuracy']:8.3f} {s.get('i_dont_know_rate', 0):6.3f} "
+                    f"{s.get('wrong_answer_rate', 0):6.3f} {s.get('mean_turns', 0):6.2f} {s.get('failed', 0):6d}")
     return "\n".join(rows)
 
 

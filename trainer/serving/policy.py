@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hpc.run.rundir import RUN_NAME_RE, is_run_name
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 
 KINDS = ("litellm", "url", "checkpoint", "base")
 _LITELLM = re.compile(r"[A-Za-z0-9_.-]+/\S+")
-_RUN = re.compile(r"run:(?P<run>[A-Za-z0-9._-]{1,64})(?:@(?P<step>\d+|all|latest))?")
+_RUN = re.compile(rf"run:(?P<run>{RUN_NAME_RE.pattern})(?:@(?P<step>[0-9]+|all|latest))?")
 ACCEPTED = ("a litellm model (openai/o3), url:BASE_URL#MODEL, run:NAME[@STEP|@all|@latest], "
             "or base[:HF_ID]")
 
@@ -59,7 +61,7 @@ class PolicySpec:
 
 def parse_policy(text: str, base_model: str | None = None) -> PolicySpec:
     text = text.strip()
-    if (run := _RUN.fullmatch(text)) is not None:
+    if (run := _RUN.fullmatch(text)) is not None and is_run_name(run["run"]):
         return PolicySpec("checkpoint", run["run"], step=run["step"] or "latest")
     if text == "base" or text.startswith("base:"):
         name = text.partition(":")[2] or base_model

@@ -14,7 +14,7 @@ from hpc.run import ownership
 from hpc.run.rundir import RunDir
 from tests.doubles.art_backend import save_adapter
 from tests.doubles.fake_vllm import write_executable
-from tests.doubles.openai_server import OpenAIServer
+from tests.doubles.openai_server import OpenAIServer, failure
 from tests.trainer.training.test_validation import PLANTED, planted_agent
 from trainer.evaluation.eval import main as eval_main
 
@@ -105,3 +105,102 @@ def test_bad_input_is_one_line_exit_2(endpoint, capsys, argv, fragment) -> None:
     assert eval_main(["--config", "smoke", *argv]) == 2
     err = capsys.readouterr().err
     assert fragment in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--limit", "-1"], "invalid --limit -1"),
+    (["--limit", "0"], "invalid --limit 0"),
+    (["limit=-1"], "invalid limit='-1'"),
+    (["--concurrency", "0"], "invalid --concurrency 0"),
+    (["--split", "../x"], "invalid split '../x': accepted train or test"),
+    (["split=/etc"], "invalid split '/etc'"),
+    (["--split", "TEST"], "invalid split 'TEST'"),
+    (["--run", "../x"], "invalid --run '../x'"),
+    (["run=.."], "invalid --run '..'"),
+    (["--run", "a/b"], "invalid --run 'a/b'"),
+])
+def test_a_bad_limit_split_or_run_is_one_line_exit_2_and_nothing_is_asked(endpoint, tmp_path, capsys, argv,
+                                                                          fragment) -> None:
+    assert eval_main(["--config", "smoke", "--model", "openai/policy", *argv]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.strip().splitlines()) == 1
+    assert not endpoint.requests and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("unset, environment, model, fragment", [
+    (["JUDGE_API_BASE"], {"JUDGE_MODEL": "gemini/gemini-2.0-flash"}, "openai/policy",
+     "no key for the judge gemini/gemini-2.0-flash: GOOGLE_API_KEY or GEMINI_API_KEY is not set"),
+    (["JUDGE_API_BASE", "OPENAI_API_KEY"], {"JUDGE_MODEL": "openai/gpt-4.1-mini"}, "url:{base}#policy",
+     "no key for the judge openai/gpt-4.1-mini: OPENAI_API_KEY is not set"),
+    (["OPENAI_API_KEY"], {}, "openai/policy", "no key for openai/policy: OPENAI_API_KEY is not set"),
+    ([], {}, "anthropic/claude-3-5-sonnet-20240620", "no key for anthropic/claude-3-5-sonnet-20240620: ANTHROPIC_API_KEY"),
+])
+def test_a_missing_key_is_one_line_exit_2_before_any_question(endpoint, tmp_path, capsys, monkeypatch, unset,
+                                                             environment, model, fragment) -> None:
+    for name in (*unset, "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert eval_main(["--config", "smoke", "--model", model.format(base=endpoint.base_url), "--run", "r"]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.strip().splitlines()) == 1
+    assert not endpoint.requests, "no question was asked"
+    assert not list(tmp_path.glob("runs/r/evaluations/*/*/summary.json")), "no result was kept"
+
+
+@pytest.fixture
+def flaky(questions, art_e_data_dir: Path, tmp_path: Path, monkeypatch):
+    """The planted policy and judge, but the policy fails (HTTP 500) on the questions in ``failing``."""
+    failing: set[str] = set()
+    planted = planted_agent(PLANTED, questions)
+
+    def respond(body: dict):
+        if body.get("model") != JUDGE and body["messages"][1]["content"] in failing:
+            return failure(500, "the GPU fell off the bus")
+        return planted(body)
+
+    with OpenAIServer(respond) as server:
+        for name, value in {"JUDGE_MODEL": JUDGE, "JUDGE_API_BASE": server.base_url, "DATA_DIR": str(art_e_data_dir),
+                            "RUNS_DIR": str(tmp_path / "runs")}.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("HPC_RUN_DIR", raising=False)
+        yield server, failing
+
+
+def evaluated(questions: dict[str, str]) -> list[str]:
+    """The questions the smoke config evaluates (those with a planted answer)."""
+    return [question for question, reference in questions.items() if reference in PLANTED]
+
+
+def asked_questions(server: OpenAIServer, since: int = 0) -> set[str]:
+    return {r.messages[1]["content"] for r in server.requests[since:] if r.model != JUDGE}
+
+
+@pytest.mark.parametrize("how_many", [1, 3])
+def test_failed_questions_are_not_kept_and_the_next_run_asks_them_and_only_them(flaky, questions, capsys,
+                                                                                how_many) -> None:
+    server, failing = flaky
+    failing.update(evaluated(questions)[:how_many])
+    url = f"url:{server.base_url}#policy"
+    assert eval_main(["--model", url, "--config", "smoke"]) == 0
+    assert f"{how_many} question(s) failed" in capsys.readouterr().err
+    before, failed = len(server.requests), set(failing)
+    failing.clear()  # the model answers again
+    assert eval_main(["--model", url, "--config", "smoke"]) == 0
+    assert asked_questions(server, before) == failed, "only the failed questions were asked again"
+    asked = len(server.requests)
+    assert eval_main(["--model", url, "--config", "smoke"]) == 0
+    assert len(server.requests) == asked, "every question answered: nothing asked again"
+
+
+def test_a_model_that_fails_every_question_exits_1_and_keeps_no_result(flaky, questions, tmp_path, capsys) -> None:
+    server, failing = flaky
+    failing.update(evaluated(questions))
+    url = f"url:{server.base_url}#policy"
+    assert eval_main(["--model", url, "--config", "smoke"]) == 1
+    assert "4 question(s) failed" in capsys.readouterr().err
+    failing.clear()
+    before = len(server.requests)
+    assert eval_main(["--model", url, "--config", "smoke"]) == 0
+    assert len(asked_questions(server, before)) == 4, "the next run asks every question again"
+    assert summary_of(tmp_path, None, "policy")["accuracy"] == 0.5
