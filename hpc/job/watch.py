@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from hpc.job import notify
-from hpc.run.accounting import parse_time, read_steps
+from hpc.run.steps import parse_time, read_steps
 from hpc.run.health import Flag, HealthSettings, SettingError, check
 from hpc.run.rundir import RunDir
 

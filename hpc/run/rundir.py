@@ -248,10 +248,6 @@ class RunDir:
             handle.write(data)
             os.fchmod(handle.fileno(), mode)
 
-    def open_append(self, path: Path) -> int:
-        """A descriptor appending to ``path`` (a log), made if missing, never through a link."""
-        return open_inside(self.path, path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-
     def make_dirs(self, path: Path) -> None:
         make_dirs(path, self.path)
 
@@ -278,7 +274,7 @@ class RunDir:
             finally:
                 _HELD[key] -= 1
             return
-        fd = open_inside(self.path, self.lock_file, os.O_WRONLY | os.O_CREAT)
+        fd = open_inside(self.path, self.lock_file, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK)  # a FIFO: refused
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             _HELD[key] = 1
@@ -487,38 +483,32 @@ def remove(path: Path, root: Path) -> None:
 def read_bytes(path: Path, root: Path | None = None) -> bytes:
     """A regular file's bytes (never a FIFO's or a device's, never more than MAX_READ_BYTES);
     with ``root``, reached as ``open_inside`` does."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
-    fd = os.open(path, flags) if root is None else open_inside(root, path, flags)
-    _check_regular(fd, path)
+    fd, size = _open_regular(path, root, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as handle:
+        if size > MAX_READ_BYTES:
+            raise OSError(errno.EFBIG, f"larger than {MAX_READ_BYTES} bytes", str(path))
         return handle.read(MAX_READ_BYTES)
-
-
-def _check_regular(fd: int, path: Path) -> None:
-    """Nothing for a regular file of at most MAX_READ_BYTES; else ``fd`` is closed and an OSError says why."""
-    info = os.fstat(fd)
-    if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_READ_BYTES:
-        return
-    os.close(fd)
-    if stat.S_ISDIR(info.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "a folder, not a file", str(path))
-    if stat.S_ISREG(info.st_mode):
-        raise OSError(errno.EFBIG, f"larger than {MAX_READ_BYTES} bytes", str(path))
-    raise OSError(errno.EINVAL, "not a regular file", str(path))
 
 
 def read_tail(path: Path, size: int, root: Path | None = None) -> bytes:
     """The last ``size`` bytes of a regular file (a log), read from its end alone; never a FIFO or a
     device, and never through a link: the file's own name (or, with ``root``, anything below it)."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd, length = _open_regular(path, root, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        handle.seek(max(0, length - size))
+        return handle.read(size)
+
+
+def _open_regular(path: Path, root: Path | None, flags: int) -> tuple[int, int]:
+    """A descriptor of ``path`` and its size, when it is a regular file; else an OSError says what it is."""
     fd = os.open(path, flags) if root is None else open_inside(root, path, flags)
     info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file", str(path))
-    with os.fdopen(fd, "rb") as handle:
-        handle.seek(max(0, info.st_size - size))
-        return handle.read(size)
+    if stat.S_ISREG(info.st_mode):
+        return fd, info.st_size
+    os.close(fd)
+    if stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "a folder, not a file", str(path))
+    raise OSError(errno.EINVAL, "not a regular file", str(path))
 
 
 def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644, root: Path | None = None) -> None:
@@ -631,8 +621,9 @@ def read_jsonl(path: Path, root: Path | None = None, fields: Fields | None = Non
 
 
 def append_jsonl(path: Path, record: dict[str, Any], root: Path | None = None) -> None:
-    """One line, one write() with O_APPEND: concurrent appenders never interleave."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    """One line, one write() with O_APPEND: concurrent appenders never interleave (a FIFO where the
+    file goes is refused at once, never waited on)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
     if root is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, flags, 0o644)

@@ -20,8 +20,9 @@ A bad request is a 4xx with one line (``{"error": ...}``): a missing or
 wrong-typed field 422, an unknown inbox 404, a date not exactly YYYY-MM-DD 422, a
 body that is no JSON it can read 400, a body over 64 KiB 413 (counted as it arrives,
 chunked or not), a body not sent within ``body_timeout`` seconds (10) 408, no or a
-wrong token 401; the model failing mid-answer is a 502. At most ``max_in_flight`` questions run at once and ``max_queue`` wait; the
-next one is told 503 at once, never left hanging.
+wrong token 401; the model failing mid-answer is a 502. At most ``max_in_flight``
+questions run at once and ``max_queue`` wait; the next one is told 503 at once, never
+left hanging.
 
 A stop signal (the job's USR1 before its limit, TERM from scancel) stops taking
 requests and exits 75, as the trainer does: a cancelled job ends the run, a job at
