@@ -45,7 +45,7 @@ def test_a_successor_cancelled_the_second_it_was_queued_gets_an_empty_row(fake, 
             row("12", "CANCELLED", 600, 600, 600)]
     acc = accounting.account("r", fake.files(), rows, GRES, now=t(638))
     assert [job.segments for job in acc.jobs if job.job_id == "12"] == [()]
-    plot_timeline(acc, tmp_path / "timeline.png")
+    plot_timeline(acc, RunDir(tmp_path), tmp_path / "timeline.png")
     assert {GREEN} <= pixels(tmp_path / "timeline.png")[1]
 
 
