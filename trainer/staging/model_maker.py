@@ -24,12 +24,13 @@ safetensors file is written by hand (its format is a JSON header and raw tensors
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+from trainer.staging.random_weights import INIT_STD, initial_value, to_bfloat16, write_safetensors
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # Qwen2.5's, in its order
 TOOL_TOKENS = ("<tool_call>", "</tool_call>")  # added, not special: the parser must see them in the text
@@ -37,7 +38,6 @@ EOS, PAD = "<|im_end|>", "<|endoftext|>"
 # Qwen2's pre-tokenizer: contractions, letters with one leading non-letter, single digits, punctuation runs, spaces
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-INIT_STD = 0.02
 MAX_POSITIONS = 32768
 
 # Qwen2.5's chat format, written for this project: a system turn (with the tools' JSON
@@ -219,41 +219,6 @@ def tensor_shapes(size: ModelSize, vocab: int) -> Iterator[tuple[str, tuple[int,
         yield f"{prefix}.mlp.up_proj.weight", (size.intermediate_size, hidden)
         yield f"{prefix}.mlp.down_proj.weight", (hidden, size.intermediate_size)
     yield "model.norm.weight", (hidden,)
-
-
-def initial_value(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Norms start at one, biases at zero, matrices normal(0, 0.02) as transformers initialises Qwen2."""
-    if name.endswith("norm.weight"):
-        return np.ones(shape, np.float32)
-    if name.endswith(".bias"):
-        return np.zeros(shape, np.float32)
-    return rng.normal(0.0, INIT_STD, shape).astype(np.float32)
-
-
-def to_bfloat16(values: np.ndarray) -> bytes:
-    """float32 to bfloat16 bytes, rounding to nearest even (numpy has no bfloat16 type)."""
-    bits = values.astype(np.float32).view(np.uint32)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    return rounded.astype("<u2").tobytes()
-
-
-def write_safetensors(path: Path, tensors: Iterable[tuple[str, tuple[int, ...], bytes]]) -> int:
-    """The safetensors format: an 8-byte little-endian header length, a JSON header naming
-    each tensor's dtype, shape and byte range, then the bytes. Returns the file's size."""
-    header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
-    blobs, offset = [], 0
-    for name, shape, data in tensors:
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    encoded = json.dumps(header, separators=(",", ":")).encode()
-    encoded += b" " * (-len(encoded) % 8)
-    with path.open("wb") as out:
-        out.write(struct.pack("<Q", len(encoded)))
-        out.write(encoded)
-        for blob in blobs:
-            out.write(blob)
-    return path.stat().st_size
 
 
 def write_weights(out: Path, size: ModelSize, vocab: int, seed: int) -> int:
