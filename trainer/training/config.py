@@ -26,9 +26,10 @@ import yaml
 from hpc import yamlfile
 from hpc.digits import ascii_float, ascii_int
 from hpc.job.deadline import DEFAULT_SETTINGS as DEFAULT_BOUNDARY
+from trainer.agent.proof_reward import PROOF_REWARD, refusal
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
-REWARDS = ("judge", "ruler")
+REWARDS = ("judge", "ruler", PROOF_REWARD)  # the last: the GPU proof's, for a made model only (proof_reward.py)
 LOSS_FUNCTIONS = ("ppo", "cispo")  # what ART's LocalBackend.train accepts
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence", "average", "geometric_average")
 GPU_MODES = ("auto", "shared", "dedicated")
@@ -248,7 +249,11 @@ def build_config(values: dict[str, Any], source: str = "config") -> TrainerConfi
     coerced = {key: coerce(key, value, hints[key]) for key, value in values.items()}
     for key, value in coerced.items():
         check_value(key, value)
-    return TrainerConfig(**coerced)
+    config = TrainerConfig(**coerced)
+    refused = refusal(config.reward, config.base_model)
+    if refused:
+        raise ConfigError(f"{source}: {refused}")
+    return config
 
 
 def check_value(key: str, value: Any) -> None:

@@ -35,7 +35,7 @@ from tests.doubles.openai_server import OpenAIServer, Reply, failure, text, tool
 from trainer.training import environment, loop
 from trainer.training.backend import backend_class, build_model, server_config
 from trainer.training.boundary import resume_step
-from trainer.training.config import load_config
+from trainer.training.config import ConfigError, load_config
 from trainer.training.environment import Paths, configure_environment, metrics_reporters, resolve_paths
 from trainer.training.exits import SetupError
 from trainer.training.progress import total_steps
@@ -280,6 +280,23 @@ def test_reward_ruler_trains_on_ruler_scores_without_the_answer_judge(
     rewards = [group for record in read_train_log(run.art_path) for group in record["rewards"]]
     assert rewards and all(sorted(group) == [0.25, 0.75] for group in rewards)
     assert run.run_dir.read_progress()["answer_accuracy"] is None, "nobody checked the answers"
+
+
+def test_reward_proof_only_text_hash_scores_each_rollout_by_its_text_for_a_made_model_only(
+    run: Run, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    made = tmp_path / "made"
+    made.mkdir()
+    (made / "made_by.json").write_text("{}")
+    overrides = [*OVERRIDES, "reward=proof_only_text_hash", f"base_model={made}"]
+    with caplog.at_level("WARNING", logger="trainer"):
+        assert train_in_process(overrides=overrides) == 0
+    rewards = [group for record in read_train_log(run.art_path) for group in record["rewards"]]
+    assert len(rewards) == TOTAL * 2 and all(0 <= r < 1 for group in rewards for r in group)
+    assert all(len(set(group)) == len(group) for group in rewards), "each rollout's text differs, so its reward"
+    assert "PROOF ONLY" in caplog.text
+    with pytest.raises(ConfigError, match="reward 'proof_only_text_hash' is for the GPU proof of a model made by"):
+        load_config(CONFIG, [*OVERRIDES, "reward=proof_only_text_hash"])  # smoke's base: Qwen/Qwen2.5-14B-Instruct
 
 
 # -- stopping -------------------------------------------------------------------------------------
