@@ -36,7 +36,7 @@ RUN_NAME = "proof"
 PYTHON = sys.executable
 # the RL run: small turns and groups, so a step takes seconds on one GPU
 TRAIN_ARGS = ("base_model={model}", "training_dataset_size=null", "trajectories_per_group=4", "groups_per_step=3",
-              "num_epochs=4", "max_turns=4", "max_tokens=256", "max_seq_length=4096", "val_set_size=4",
+              "num_epochs=4", "max_turns=4", "max_tokens=256", "max_seq_length=16384", "val_set_size=4",
               "eval_steps=2", "prune_checkpoints=false", "rollout_concurrency=12", "learning_rate=5e-5",
               "vllm_fast_start=true", "preflight_min_free_gb=1")
 

@@ -696,6 +696,7 @@ def test_gpu_memory_settings_reach_arts_internal_config() -> None:
 
     assert model._internal_config["engine_args"]["gpu_memory_utilization"] == 0.6
     assert model._internal_config["init_args"]["max_seq_length"] == 8192
+    assert model._internal_config["engine_args"]["max_model_len"] == 8192, "vLLM's context is the planned one"
     assert (model.name, model.run_name, model.project, model.base_model) == (
         "email-agent-008", "lr_2e-5", "email_agent", "Qwen/Qwen2.5-14B-Instruct")
 
@@ -752,6 +753,7 @@ def test_a_fast_start_run_gives_vllm_eager_mode_without_kernel_autotuning() -> N
     fast = build_model(load_config("smoke", ["vllm_fast_start=true"]), "r", [])
     plain = build_model(load_config("smoke"), "r", [])
 
-    assert fast._internal_config["engine_args"] == {"gpu_memory_utilization": 0.75, "enforce_eager": True,
+    assert fast._internal_config["engine_args"] == {"gpu_memory_utilization": 0.75, "max_model_len": 16384,
+                                                    "enforce_eager": True,
                                                     "kernel_config": {"enable_flashinfer_autotune": False}}
-    assert plain._internal_config["engine_args"] == {"gpu_memory_utilization": 0.75}
+    assert plain._internal_config["engine_args"] == {"gpu_memory_utilization": 0.75, "max_model_len": 16384}
