@@ -390,7 +390,7 @@ def memory_lines(work: Work, plan: FullPlan, first: Watched, figures: Figures) -
     torch_peak = max(trainer_torch_peaks(work.root / "torch-peaks").values(), default=None)
     training = memory.peak_gib("training", "training")
     measured = {"vllm_need": vllm.need_gib(requested), "vllm_process": memory.peak_gib("vllm", "rollouts", "idle"),
-                "vllm_asleep": memory.peak_gib("vllm", "training"), "training_peak": training,
+                "vllm_asleep": memory.beside_training_peak_gib("vllm"), "training_peak": training,
                 "training_torch_peak": torch_peak,
                 "training_beside_vllm": memory.peak_gib("training", "rollouts"), "gpu_total": memory.total_gib()}
     figures.memory_gib = {key: None if value is None else round(value, 2) for key, value in measured.items()}
@@ -401,7 +401,8 @@ def memory_lines(work: Work, plan: FullPlan, first: Watched, figures: Figures) -
                           found.train_peak, training if training is not None else torch_peak)]
     figures.targets = [check.line() for check in checks]
     lines = [f"vLLM's log: {vllm.describe()}; its share {requested:.1f} GiB, its process at most "
-             f"{_g(measured['vllm_process'])} (it takes its share whole)",
+             f"{_g(measured['vllm_process'])} (it takes its share whole), {_g(measured['vllm_asleep'])} asleep while "
+             "training peaked",
              f"training: its processes at most {_g(training)} while training, {_g(measured['training_beside_vllm'])} while "
              f"vLLM serves (estimated resident {found.train_resident:.1f} GiB); torch's own peak {_g(torch_peak)}",
              *figures.targets,

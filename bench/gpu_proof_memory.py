@@ -105,6 +105,7 @@ class ProcessMemory(MemorySampler):
     phase: Callable[[], str] = lambda: "-"
     kind_peaks: dict[tuple[str, str], int] = field(default_factory=dict)
     total_peaks: dict[str, int] = field(default_factory=dict)
+    at_training_peak: dict[str, int] = field(default_factory=dict)  # every kind's MiB when training peaked
     processes_seen: int = 0
     _uuid: str | None = None
 
@@ -123,7 +124,14 @@ class ProcessMemory(MemorySampler):
             sums[kind] = sums.get(kind, 0) + mib
         for kind, mib in sums.items():
             self.kind_peaks[(kind, phase)] = max(self.kind_peaks.get((kind, phase), 0), mib)
+        if phase == "training" and sums.get("training", 0) > self.at_training_peak.get("training", 0):
+            self.at_training_peak = sums  # vLLM asleep then (it wakes before the phase ends)
         return used
+
+    def beside_training_peak_gib(self, kind: str) -> float | None:
+        """What ``kind`` held when the training processes peaked (None: never seen)."""
+        mib = self.at_training_peak.get(kind)
+        return None if mib is None else mib / GIB_MIB
 
     def uuid(self) -> str:
         if self._uuid is None:

@@ -9,8 +9,8 @@ runtime is started without PYTHONPATH and caps itself with gpu_memory_utilizatio
 
 Both take effect when CUDA is initialised, not at import: a process that never touches the GPU
 is left alone, and nothing initialises CUDA early in a process that forks later. This folder must
-hold this file only (everything in it shadows same-named modules), and it replaces any
-sitecustomize of the interpreter's own while on PYTHONPATH.
+hold this file only (everything in it shadows same-named modules); the interpreter's own
+sitecustomize, if it has one further along sys.path, is run after this one.
 """
 
 import importlib.abc
@@ -82,3 +82,20 @@ class _AfterTorchCuda(importlib.abc.MetaPathFinder):
 
 if FRACTION or PEAKS:
     sys.meta_path.insert(0, _AfterTorchCuda())
+
+
+def _run_the_next_sitecustomize():
+    """The sitecustomize this one shadows (the interpreter's own, if any), run as Python would have."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for entry in sys.path:
+        candidate = os.path.join(os.path.abspath(entry or "."), "sitecustomize.py")
+        if os.path.dirname(candidate) != here and os.path.isfile(candidate):
+            try:
+                with open(candidate) as source:
+                    exec(compile(source.read(), candidate, "exec"), {"__name__": "sitecustomize", "__file__": candidate})
+            except Exception:  # noqa: BLE001 - as Python itself does, a failing sitecustomize does not stop the process
+                pass
+            return
+
+
+_run_the_next_sitecustomize()

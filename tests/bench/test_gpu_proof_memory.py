@@ -102,6 +102,7 @@ def test_memory_is_sampled_per_kind_of_process_and_phase(fake_gpu, tmp_path: Pat
     assert memory.peak_gib("training") == pytest.approx(20500 / 1024) and memory.peak_gib("other") is None
     assert memory.total_gib("training") == pytest.approx(30000 / 1024) and memory.total_gib() == pytest.approx(80000 / 1024)
     assert memory.processes_seen == 3
+    assert memory.beside_training_peak_gib("vllm") == pytest.approx(2000 / 1024), "vLLM asleep when training peaked"
 
 
 def test_the_training_processes_torch_peaks_are_the_largest_each_reported(tmp_path: Path) -> None:
@@ -174,3 +175,27 @@ def test_without_its_variables_the_sitecustomize_changes_nothing(monkeypatch: py
     before = list(sys.meta_path)
     load_sitecustomize(monkeypatch)
     assert sys.meta_path == before
+
+
+def test_the_interpreters_own_sitecustomize_still_runs_after_this_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    own = tmp_path / "site"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').write(__name__)\n")
+    monkeypatch.setattr(sys, "path", [*sys.path, str(own)])
+    load_sitecustomize(monkeypatch)
+    assert (tmp_path / "ran").read_text() == "sitecustomize"
+
+
+def test_a_training_process_started_with_the_emulations_environment_runs_the_sitecustomize(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from bench.gpu_proof_cards import Card, Emulation
+
+    env = {**os.environ, **Emulation(Card.of("lonestar6"), 80.0).env(tmp_path)}
+    probe = "import sys; print(type(sys.meta_path[0]).__name__, sys.modules['sitecustomize'].FRACTION)"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["_AfterTorchCuda", "0.5000"]
