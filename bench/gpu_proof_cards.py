@@ -213,7 +213,7 @@ def start_vllm(command: list[str], env: dict[str, str], port: int, log: Path,
         stop_group(process)
     text = log.read_text(errors="replace")
     memory = vllm_memory(text)
-    why = "" if started else (memory.refused or last_lines(text, 4))
+    why = "" if started else (memory.refused or memory.not_free or last_lines(text, 4))
     return VllmOutcome(started, time.monotonic() - began, memory, log, why)
 
 
@@ -242,6 +242,17 @@ def stop_group(process: subprocess.Popen) -> None:
             process.wait()
 
 
+def check_free(gpu: str, most_gib: float = 2.0) -> None:
+    """The GPU holds next to nothing before a card's vLLM starts: an earlier process's memory would
+    make vLLM refuse for a reason that is not the plan's."""
+    from bench.gpu_proof_kit import MemorySampler
+
+    used = MemorySampler().sample().get(gpu, 0) / 1024
+    if used > most_gib:
+        raise ProofFailed(f"GPU {gpu} holds {used:.1f} GiB before vLLM's start on an emulated card: not free "
+                          "(a process of an earlier stage is still there)")
+
+
 # -- one card: the decision against what happens --------------------------------------------------------
 
 
@@ -255,7 +266,11 @@ class CardCheck:
 
     @property
     def as_decided(self) -> bool:
-        return self.outcome.started == self.expect_start
+        """Started where the launcher fits it; refused for want of KV cache where it refuses (a vLLM
+        that failed for another reason says nothing about the plan)."""
+        if self.expect_start:
+            return self.outcome.started
+        return not self.outcome.started and self.outcome.memory.refused is not None
 
     def line(self) -> str:
         did = "started" if self.outcome.started else f"refused ({self.outcome.why})"
@@ -288,6 +303,7 @@ def start_on_card(work: Work, emulation: Emulation, decision: Decision, model: P
     plain = load_config(CONFIG, [f"base_model={model}", *overrides])
     config = load_config(CONFIG, [f"base_model={model}", *overrides,
                                   f"gpu_memory_utilization={emulation.utilization(vllm_share(plain, mode))}"])
+    check_free(gpu)
     port = free_port()
     slug = re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-")
     command, env = art_vllm_command(config, mode, port, work.root / "cards" / slug, gpu, lora)

@@ -91,6 +91,15 @@ def gpu_total_gib(index: str) -> float:
     return float(result.stdout.strip() or 0) / 1024
 
 
+def nvidia_smi(*args: str) -> str:
+    """nvidia-smi's output, "" where it fails or is missing (a reading is then empty, never an error)."""
+    try:
+        result = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return result.stdout if result.returncode == 0 else ""
+
+
 @dataclass
 class MemorySampler:
     """nvidia-smi's used memory of each GPU, each second, in a thread: the peaks of a stage."""
@@ -111,9 +120,7 @@ class MemorySampler:
 
     def sample(self) -> dict[str, int]:
         """One reading: MiB used by GPU index (the peaks keep the largest of each)."""
-        result = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-                                capture_output=True, text=True)
-        used = parse_gpu_memory(result.stdout if result.returncode == 0 else "")
+        used = parse_gpu_memory(nvidia_smi("--query-gpu=index,memory.used", "--format=csv,noheader,nounits"))
         for index, mib in used.items():
             self.peaks_mib[index] = max(mib, self.peaks_mib.get(index, 0))
         return used

@@ -20,12 +20,11 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from bench.gpu_proof_kit import MemorySampler, Work, gpu_total_gib
+from bench.gpu_proof_kit import MemorySampler, Work, gpu_total_gib, nvidia_smi
 
 if TYPE_CHECKING:
     from hpc.launcher.gpu_memory import ModelShape
@@ -113,9 +112,8 @@ class ProcessMemory(MemorySampler):
         used = super().sample()
         phase = self.phase()
         self.total_peaks[phase] = max(self.total_peaks.get(phase, 0), used.get(self.gpu, 0))
-        result = subprocess.run(["nvidia-smi", "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
-                                 "--format=csv,noheader,nounits"], capture_output=True, text=True)
-        apps = [app for app in parse_compute_apps(result.stdout if result.returncode == 0 else "")
+        apps = [app for app in parse_compute_apps(nvidia_smi("--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
+                                                              "--format=csv,noheader,nounits"))
                 if app[0] == self.uuid()]
         self.processes_seen = max(self.processes_seen, len(apps))
         sums: dict[str, int] = {}
@@ -135,9 +133,7 @@ class ProcessMemory(MemorySampler):
 
     def uuid(self) -> str:
         if self._uuid is None:
-            result = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", self.gpu],
-                                    capture_output=True, text=True)
-            self._uuid = result.stdout.strip()
+            self._uuid = nvidia_smi("--query-gpu=uuid", "--format=csv,noheader", "-i", self.gpu).strip()
         return self._uuid
 
     def peak_gib(self, kind: str, *phases: str) -> float | None:
@@ -160,9 +156,11 @@ _VLLM_LINES = {
     "cuda_graph_gib": re.compile(r"CUDA graph pool memory: ([0-9.]+) GiB \(actual\)"),
     "max_model_len": re.compile(r"Using max model len (\d+)"),
 }
+# vLLM's refusals for want of KV cache within its share (what the launcher's plan decides), and for
+# want of free memory on the device (another process holds it: not the plan's doing)
 _VLLM_REFUSED = re.compile(r"(To serve at least one request with the model's max seq len.*?GiB\)\.|"
-                           r"No available memory for the cache blocks\.|"
-                           r"Free memory on device .*? is less than desired GPU memory utilization[^.]*\.)")
+                           r"No available memory for the cache blocks\.)")
+_VLLM_NOT_FREE = re.compile(r"(Free memory on device .*? is less than desired GPU memory utilization[^.]*\.)")
 
 
 @dataclass(frozen=True)
@@ -174,7 +172,8 @@ class VllmMemory:
     kv_tokens: int | None = None
     cuda_graph_gib: float | None = None
     max_model_len: int | None = None
-    refused: str | None = None  # why vLLM would not start, in its words
+    refused: str | None = None  # vLLM's words: no KV cache for one max_model_len sequence within its share
+    not_free: str | None = None  # vLLM's words: the device had less free memory than its share
 
     def need_gib(self, requested_gib: float) -> float | None:
         """What one ``max_model_len`` sequence needs of vLLM's share, measured as the estimate's
@@ -187,7 +186,8 @@ class VllmMemory:
     def describe(self) -> str:
         parts = [f"weights {self.weights_gib} GiB", f"KV cache {self.kv_available_gib} GiB = {self.kv_tokens} tokens",
                  f"CUDA graphs {self.cuda_graph_gib} GiB", f"max_model_len {self.max_model_len}"]
-        return ", ".join(parts) + (f"; refused: {self.refused}" if self.refused else "")
+        return ", ".join(parts) + (f"; refused: {self.refused}" if self.refused else "") + (
+            f"; the device was not free: {self.not_free}" if self.not_free else "")
 
 
 def vllm_memory(log: str) -> VllmMemory:
@@ -198,8 +198,9 @@ def vllm_memory(log: str) -> VllmMemory:
         if match:
             text = match.group(1).replace(",", "")
             found[key] = int(text) if key in ("kv_tokens", "max_model_len") else float(text)
-    refused = _VLLM_REFUSED.search(log)
-    return VllmMemory(**found, refused=" ".join(refused.group(1).split()) if refused else None)
+    refused, not_free = _VLLM_REFUSED.search(log), _VLLM_NOT_FREE.search(log)
+    return VllmMemory(**found, refused=" ".join(refused.group(1).split()) if refused else None,
+                      not_free=" ".join(not_free.group(1).split()) if not_free else None)
 
 
 # -- training processes' own peaks (bench/card_emulation/sitecustomize.py) --------------------------------

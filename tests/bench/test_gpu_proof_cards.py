@@ -67,9 +67,23 @@ def test_a_vllm_that_neither_answers_nor_exits_fails_the_check(tmp_path: Path) -
 def test_a_check_holds_when_vllm_did_what_the_launcher_decided() -> None:
     started = VllmOutcome(True, 60.0, VllmMemory(max_model_len=29696), Path("x"))
     refused = VllmOutcome(False, 50.0, VllmMemory(refused="To serve ..."), Path("x"), "To serve ...")
+    not_free = VllmOutcome(False, 20.0, VllmMemory(not_free="Free memory on device ..."), Path("x"), "Free memory ...")
+    crashed = VllmOutcome(False, 20.0, VllmMemory(), Path("x"), "CUDA error: out of memory")
     assert CardCheck("as planned", False, refused).as_decided and CardCheck("way", True, started).as_decided
     assert not CardCheck("as planned", True, refused).as_decided
     assert "NOT as the launcher decided" in CardCheck("as planned", True, refused).line()
+    assert not CardCheck("as planned", False, not_free).as_decided, "another process's memory is not the plan's refusal"
+    assert not CardCheck("as planned", False, crashed).as_decided
+
+
+def test_a_card_check_needs_a_free_gpu(fake_gpu) -> None:
+    from bench.gpu_proof_cards import check_free
+
+    fake_gpu.set(500)
+    check_free("0")
+    fake_gpu.set(30 * 1024)
+    with pytest.raises(ProofFailed, match="GPU 0 holds 30.0 GiB before vLLM's start on an emulated card: not free"):
+        check_free("0")
 
 
 @pytest.mark.parametrize("mode, memory, words", [
@@ -97,7 +111,7 @@ print(json.dumps({"fits": decision.fits, "checks": [[c.label, c.expect_start, c.
 
 
 def test_agent_008_on_a_40_gb_a100_vllm_refuses_as_decided_and_starts_with_the_launchers_way(
-        tmp_path: Path, art_e_data_dir: Path, backend_python: Path) -> None:
+        tmp_path: Path, art_e_data_dir: Path, backend_python: Path, fake_gpu) -> None:
     """ART's own command for the trainer's engine arguments, against a runtime double doing vLLM's
     arithmetic: the launcher's way (max_seq_length=29696) must reach vLLM as its max_model_len."""
     from trainer.staging.data import main as data_main

@@ -38,7 +38,10 @@ def test_vllms_memory_lines_are_read_and_one_sequences_need_measured_as_the_esti
 def test_a_vllm_that_refused_is_read_with_its_reason() -> None:
     found = vllm_memory("INFO Using max model len 32768\n" + REFUSED)
     assert found.refused.startswith("To serve at least one request with the model's max seq len (32768), (6.0 GiB")
-    assert found.refused.endswith("(5.12 GiB).") and "refused:" in found.describe()
+    assert found.refused.endswith("(5.12 GiB).") and "refused:" in found.describe() and found.not_free is None
+    busy = vllm_memory("ValueError: Free memory on device cuda:0 (20.1/140.4 GiB) on startup is less than desired GPU "
+                       "memory utilization (0.5128, 72.0 GiB). Decrease GPU memory utilization or reduce ...")
+    assert busy.refused is None and busy.not_free.startswith("Free memory on device cuda:0 (20.1/140.4 GiB)")
 
 
 @pytest.mark.parametrize("estimated, measured, met, words", [
