@@ -34,7 +34,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bench.gpu_proof_kit import REPO, ProofFailed, Work, last_lines
 from bench.gpu_proof_memory import VllmMemory, vllm_memory
@@ -279,10 +279,14 @@ class CardCheck:
                 f"vLLM's log: {self.outcome.memory.describe()}")
 
 
-def check_card(work: Work, emulation: Emulation, model: Path, gpu: str, lora: Path | None) -> tuple[Decision, list[CardCheck]]:
+def check_card(work: Work, emulation: Emulation, model: Path, gpu: str, lora: Path | None,
+               said: Callable[[str], None] = lambda line: None) -> tuple[Decision, list[CardCheck]]:
     """The launcher's decision on the emulated card and vLLM's start for each plan it implies:
-    as decided when it fits; refused, then started with the launcher's first way, when refused."""
+    as decided when it fits; refused, then started with the launcher's first way, when refused.
+    ``said`` gets the decision and each check's line as soon as it is known."""
     decision = launcher_decision(emulation.card)
+    said(f"{emulation.card.cluster} ({emulation.card.gib:.0f} GiB, gpu_mode {decision.gpu_mode}): the launcher "
+         f"{'fits it' if decision.fits else 'refuses it'}: {decision.line}")
     plans = [(f"{emulation.card.cluster} as planned ({decision.gpu_mode})", [], decision.fits)]
     if not decision.fits and decision.ways:
         plans.append((f"{emulation.card.cluster} with the launcher's way ({' '.join(decision.first_way_overrides())})",
@@ -291,6 +295,7 @@ def check_card(work: Work, emulation: Emulation, model: Path, gpu: str, lora: Pa
     for label, overrides, expect in plans:
         outcome = start_on_card(work, emulation, decision, model, overrides, gpu, lora, label)
         checks.append(CardCheck(label, expect, outcome))
+        said(f"  {checks[-1].line()}")
     return decision, checks
 
 

@@ -33,7 +33,6 @@ import argparse
 import json
 import math
 import shutil
-import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -42,8 +41,8 @@ from bench.gpu_proof_cards import (
     CONFIG, Card, Decision, Emulation, check_card, launcher_decision, peaks_env, physical_decision)
 from bench.gpu_proof_kit import (
     ProofFailed, RecordMark, ServedWatch, Work, after_steps, check_consecutive, check_served, check_trained, command,
-    folder_mib, gpu_total_gib, last_lines, rollouts_per_second, run_together, say, seconds_to_register, trained_steps,
-    trainer_process)
+    folder_mib, gpu_total_gib, last_lines, nvidia_smi, rollouts_per_second, run_together, say, seconds_to_register,
+    trained_steps, trainer_process)
 from bench.gpu_proof_memory import LogPhase, ProcessMemory, TargetCheck, made_shape, trainer_torch_peaks, vllm_memory
 from hpc.run.checkpoints import list_checkpoints
 
@@ -299,12 +298,17 @@ def run_full_size(work: Work, plan: FullPlan, card_name: str) -> list[str]:
     first = run_watched(run, plan, FULL_RUN, lambda mark: after_steps(run, plan.steps), env)
     figures = Figures(plan.emulation.card.cluster if plan.emulation else "this card", card_name, plan.decision.gpu_mode,
                       deviations=plan.what_differs())
-    lines = trained_lines(run, plan, first, figures)
+    say_and_keep(work, figures, trained_lines(run, plan, first, figures) + memory_lines(work, plan, first, figures))
     check_card_held(plan, first.memory)
-    lines += resumed_lines(run, plan, env, figures, config)
-    lines += memory_lines(work, plan, first, figures)
+    say_and_keep(work, figures, resumed_lines(run, plan, env, figures, config))
+    return [f"figures in {work.root / FIGURES_FILE}", *figures.targets]
+
+
+def say_and_keep(work: Work, figures: Figures, lines: list[str]) -> None:
+    """Say ``lines`` now and write the figures so far: a later part that fails loses neither."""
+    for line in lines:
+        say(f"  {line}")
     (work.root / FIGURES_FILE).write_text(json.dumps(asdict(figures), indent=2) + "\n")
-    return lines
 
 
 def trained_lines(run: Work, plan: FullPlan, first: Watched, figures: Figures) -> list[str]:
@@ -426,9 +430,7 @@ def _g(gib: float | None) -> str:
 
 
 def gpu_name(index: str) -> str:
-    result = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", index],
-                            capture_output=True, text=True)
-    return result.stdout.strip() or "unknown GPU"
+    return nvidia_smi("--query-gpu=name", "--format=csv,noheader", "-i", index).strip() or "unknown GPU"
 
 
 # -- the cards -----------------------------------------------------------------------------------------------
@@ -440,21 +442,22 @@ def stage_cards(work: Work, args: argparse.Namespace) -> list[str]:
     full = work.for_run(FULL_RUN)
     zero = [c.path for c in list_checkpoints(full.model_dir) if c.step == 0]
     measured = json.loads((work.root / FIGURES_FILE).read_text()) if (work.root / FIGURES_FILE).is_file() else {}
-    lines, wrong = [], []
+    summary, wrong = [], []
     for cluster in args.emulate:
         emulation = Emulation(Card.of(cluster), physical)
         if emulation.problem():
-            lines.append(f"{cluster}: {emulation.problem()}: not checked")
+            summary.append(f"{cluster}: {emulation.problem()}: not checked")
+            say(f"  {summary[-1]}")
             continue
-        decision, checks = check_card(work, emulation, args.model14b, args.gpus[0], zero[0] if zero else None)
-        lines.append(f"{cluster} ({emulation.card.gib:.0f} GiB, gpu_mode {decision.gpu_mode}): the launcher "
-                     f"{'fits it' if decision.fits else 'refuses it'}: {decision.line}")
-        lines += [f"  {check.line()}" for check in checks]
-        lines.append(f"  {training_half(decision, emulation, measured)}")
+        decision, checks = check_card(work, emulation, args.model14b, args.gpus[0], zero[0] if zero else None,
+                                      said=lambda line: say(f"  {line}"))
+        say(f"    {training_half(decision, emulation, measured)}")
         wrong += [check.label for check in checks if not check.as_decided]
+        summary.append(f"{cluster}: vLLM did {'not ' if any(not c.as_decided for c in checks) else ''}do what the "
+                       f"launcher decided ({'fits' if decision.fits else 'refused'})")
     if wrong:
-        raise ProofFailed("vLLM did not do what the launcher decided: " + "; ".join(wrong) + " | " + " | ".join(lines))
-    return lines
+        raise ProofFailed("vLLM did not do what the launcher decided: " + "; ".join(wrong))
+    return summary
 
 
 def training_half(decision: Decision, emulation: Emulation, measured: dict[str, Any]) -> str:

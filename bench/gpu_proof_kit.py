@@ -75,22 +75,6 @@ def parse_gpu_memory(output: str) -> dict[str, int]:
     return used
 
 
-def node_gpus() -> list[str]:
-    """The indices of this node's GPUs (nvidia-smi), [] without one."""
-    try:
-        result = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
-                                capture_output=True, text=True)
-    except OSError:
-        return []
-    return list(parse_gpu_memory(result.stdout)) if result.returncode == 0 else []
-
-
-def gpu_total_gib(index: str) -> float:
-    result = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", index],
-                            capture_output=True, text=True)
-    return float(result.stdout.strip() or 0) / 1024
-
-
 def nvidia_smi(*args: str) -> str:
     """nvidia-smi's output, "" where it fails or is missing (a reading is then empty, never an error)."""
     try:
@@ -98,6 +82,17 @@ def nvidia_smi(*args: str) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return result.stdout if result.returncode == 0 else ""
+
+
+def node_gpus() -> list[str]:
+    """The indices of this node's GPUs (nvidia-smi), [] without one."""
+    return list(parse_gpu_memory(nvidia_smi("--query-gpu=index,memory.total", "--format=csv,noheader,nounits")))
+
+
+def gpu_total_gib(index: str) -> float:
+    """The GPU's memory as nvidia-smi (and torch, and vLLM) count it, in GiB."""
+    total = nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", index).strip()
+    return float(total or 0) / 1024
 
 
 @dataclass

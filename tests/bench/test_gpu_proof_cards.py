@@ -127,3 +127,29 @@ def test_agent_008_on_a_40_gb_a100_vllm_refuses_as_decided_and_starts_with_the_l
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert found["fits"] is False
     assert [check[1:] for check in found["checks"]] == [[False, False, True, 32768], [True, True, True, 29696]]
+
+
+def test_the_cards_stage_checks_each_emulated_card_and_says_what_it_cannot_emulate(
+        tmp_path: Path, art_e_data_dir: Path, backend_python: Path, fake_gpu) -> None:
+    """bench/gpu_proof.py --only cards, as the lead runs it, on a pretend 80 GB card: the A100's
+    decision checked with ART's command and the runtime double, the GH200 said not to fit."""
+    from trainer.staging.data import main as data_main
+
+    assert data_main(["make-model", str(tmp_path / "model"), "--size", "tiny", "--data_dir", str(art_e_data_dir)]) == 0
+    fake_gpu.state.update(total_mib=81559, used_mib=300)
+    fake_gpu.save()
+    runtime = tmp_path / "art-vllm-runtime-server"
+    runtime.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m tests.doubles.fake_art_runtime \"$@\"\n")
+    runtime.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ART_VLLM_RUNTIME_BIN": str(runtime), "HF_HUB_OFFLINE": "1",
+           "FAKE_RUNTIME_TOTAL_GIB": str(81559 / 1024)}
+    result = subprocess.run([str(backend_python), "bench/gpu_proof.py", "--work", str(tmp_path / "proof"), "--only",
+                             "cards", "--model14b", str(tmp_path / "model"), "--emulate", "lonestar6", "vista"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    out = result.stdout
+    assert "lonestar6 (40 GiB, gpu_mode dedicated): the launcher refuses it" in out
+    assert out.count("as the launcher decided") == 2 and "NOT as the launcher decided" not in out
+    assert "training half: not measured (run agent008-14b in the same proof first)" in out
+    assert "vista: vista's 96 GiB card cannot be emulated on this 79.6 GiB one" in out
+    assert "ok cards" in out

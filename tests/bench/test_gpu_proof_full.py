@@ -105,8 +105,9 @@ def test_the_full_size_stage_trains_stops_resumes_on_the_checkpoint_vllm_serves_
         full_size, capsys) -> None:
     work, model = full_size
     lines = run_full_size(work, double_plan(model), "NVIDIA H200")
-    text_out = "\n".join(lines)
     printed = capsys.readouterr().out
+    text_out = printed
+    assert lines[0] == f"figures in {work.root / FIGURES_FILE}" and "not measured here" in lines[1]
     assert "registered (Unsloth loaded, vLLM serving)" in printed and "step 2 done:" in printed
     assert "LoRA changed at steps [1, 2]" in text_out
     assert "resumed from checkpoint 2" in text_out and "'email-agent-008@2'" in text_out
