@@ -25,6 +25,7 @@ script would give it:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import shlex
@@ -172,7 +173,8 @@ def stage_judge(work: Work, args: argparse.Namespace) -> list[str]:
             raise ProofFailed(workload["HPC_SETUP_ERROR"])
         judge_seconds = time.monotonic() - began
         with CountingForwarder(served.api_base.removesuffix("/v1")) as forwarder:
-            asking = Work(work.root, forwarder.base_url, run.run_name, workload["CUDA_VISIBLE_DEVICES"], str(work.model))
+            asking = dataclasses.replace(run, judge_url=forwarder.base_url, devices=workload["CUDA_VISIBLE_DEVICES"],
+                                         judge_model=str(work.model))
             asking.claim()
             mark = RecordMark.take(asking.run)
             code, log, _ = trainer(asking, "judge-run", asking.train_args(), until=after_steps(asking, 2))

@@ -199,6 +199,9 @@ def test_a_stage_whose_prerequisite_is_not_earlier_in_the_same_proof_is_refused(
 def test_a_model_from_an_earlier_proof_stands_in_for_the_model_stage(tmp_path: Path) -> None:
     args = gpu_proof.parse_args(["--only", "train", "--model", str(tmp_path)])
     assert args.only == ["train"] and args.model == tmp_path
+    work = Work(tmp_path / "proof", made=tmp_path)
+    assert work.for_run("proof-pack-a", devices="1").model == tmp_path, "every run of the proof trains on it"
+    assert f"base_model={tmp_path}" in work.for_run("proof-judge").train_args()
 
 
 def test_a_process_counts_only_the_records_written_after_it_started(tmp_path: Path) -> None:
