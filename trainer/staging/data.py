@@ -6,7 +6,7 @@ it) before any job runs::
 
     python -m trainer.data prepare [--data_dir D] [--emails SRC] [--questions SRC] [--force]
     python -m trainer.data stage-model [--config agent_008] [--base_model ID] [--hf_home DIR]
-    python -m trainer.data make-model DIR [--size tiny|small] [--data_dir D]   # trainer/staging/model_maker.py
+    python -m trainer.data make-model DIR [--size NAME] [--data_dir D]   # trainer/staging/model_maker.py, model_sizes.yaml
 
 A source (SRC) is a Hugging Face dataset id, or a local copy of one:
 
@@ -479,12 +479,14 @@ def _parser() -> argparse.ArgumentParser:
     stage_cmd.add_argument("--hf_home", type=Path, default=None,
                            help="Hugging Face home (default: $HF_HOME, else HF_HOME of this cluster's dotenv)")
     make_cmd = commands.add_parser(
-        "make-model", help="write a small random Qwen2-architecture model with a tokenizer trained on the emails",
+        "make-model", help="write a random Qwen2-architecture model with a tokenizer trained on the emails",
         description="Write a Hugging Face model folder made here (no download): random Qwen2 weights, a BPE "
                     "tokenizer trained on the staged emails, Qwen2.5's chat template and tool-call tokens. "
-                    "Use it as base_model to check a cluster's GPU stack (trainer/staging/model_maker.py).")
+                    "Use it as base_model to check a cluster's GPU stack (trainer/staging/model_maker.py; the "
+                    "architectures are trainer/staging/model_sizes.yaml).")
     make_cmd.add_argument("out", type=Path, metavar="DIR", help="the model folder to write")
-    make_cmd.add_argument("--size", default="small", help="tiny (about 5 MB) or small (about 30 MB, default)")
+    make_cmd.add_argument("--size", default="small", help="an architecture of trainer/staging/model_sizes.yaml: "
+                          "tiny (about 5 MB), small (about 25 MB, default), qwen2.5-14b (agent_008's, 29.5 GB) ...")
     make_cmd.add_argument("--data_dir", type=Path, default=None,
                           help="the staged data whose emails train the tokenizer (default: $DATA_DIR, else <repo>/data)")
     make_cmd.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
@@ -498,8 +500,8 @@ def make_model_folder(args: argparse.Namespace) -> list[str]:
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
     made = make_model(args.out, corpus(data_paths(data_dir).db), args.size, args.seed)
     return [f"model:      {made.path} ({made.size}: {made.parameters / 1e6:.1f}M parameters, vocabulary "
-            f"{made.vocab_size}, {made.weight_bytes / 2**20:.1f} MiB of bf16 weights; tokenizer trained on "
-            f"{made.corpus_texts:,} texts)",
+            f"{made.vocab_size}, {made.weight_bytes / 2**20:.1f} MiB of bf16 weights written in {made.weight_seconds:.1f} s "
+            f"({made.values_from}); tokenizer of {made.tokenizer_tokens} tokens trained on {made.corpus_texts:,} texts)",
             f"use it:     --train_arg base_model={made.path}"]
 
 

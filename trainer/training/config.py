@@ -26,9 +26,10 @@ import yaml
 from hpc import yamlfile
 from hpc.digits import ascii_float, ascii_int
 from hpc.job.deadline import DEFAULT_SETTINGS as DEFAULT_BOUNDARY
+from trainer.agent.proof_reward import PROOF_REWARD, refusal
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
-REWARDS = ("judge", "ruler")
+REWARDS = ("judge", "ruler", PROOF_REWARD)  # the last: the GPU proof's, for a made model only (proof_reward.py)
 LOSS_FUNCTIONS = ("ppo", "cispo")  # what ART's LocalBackend.train accepts
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence", "average", "geometric_average")
 GPU_MODES = ("auto", "shared", "dedicated")
@@ -184,9 +185,16 @@ FAST_START_ENGINE_ARGS = {"enforce_eager": True, "kernel_config": {"enable_flash
 
 
 def vllm_engine_args(config: "TrainerConfig", gpu_mode: str) -> dict[str, Any]:
-    """The vLLM engine arguments a run sets: its memory share, and ``vllm_fast_start``'s."""
+    """The vLLM engine arguments a run sets: its memory share, its context (``max_seq_length``, as
+    ``trainer.serve`` and ``trainer.eval`` give their vLLM), and ``vllm_fast_start``'s.
+
+    ART passes no ``max_model_len``, so vLLM took the model's own (32768 for Qwen2.5) and refused to
+    start where the KV cache of that context did not fit, whatever ``max_seq_length`` the launcher
+    had planned the GPU's memory with (hpc/launcher/gpu_memory.py: a 40 GB A100 fits agent_008 at
+    ``max_seq_length=29696``). A conversation longer than ``max_seq_length`` could not be trained on
+    anyway (ART drops it)."""
     fast = FAST_START_ENGINE_ARGS if config.vllm_fast_start else {}
-    return {"gpu_memory_utilization": vllm_share(config, gpu_mode), **fast}
+    return {"gpu_memory_utilization": vllm_share(config, gpu_mode), "max_model_len": config.max_seq_length, **fast}
 
 
 def known_configs() -> list[str]:
@@ -248,7 +256,11 @@ def build_config(values: dict[str, Any], source: str = "config") -> TrainerConfi
     coerced = {key: coerce(key, value, hints[key]) for key, value in values.items()}
     for key, value in coerced.items():
         check_value(key, value)
-    return TrainerConfig(**coerced)
+    config = TrainerConfig(**coerced)
+    refused = refusal(config.reward, config.base_model)
+    if refused:
+        raise ConfigError(f"{source}: {refused}")
+    return config
 
 
 def check_value(key: str, value: Any) -> None:

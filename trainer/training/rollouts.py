@@ -97,6 +97,7 @@ class Rollouts:
     concurrency: int  # rollouts in flight at once
     max_rollout_exceptions: float  # fraction of a step's rollouts that may raise before the step fails
     ruler_judge_model: str | None  # set when reward=ruler: score each group with RULER
+    proof_reward: bool = False  # reward=proof_only_text_hash: the GPU proof's scoring (trainer/agent/proof_reward.py)
 
 
 async def gather_step(
@@ -144,7 +145,7 @@ async def gather_groups(
             for scenario in batch.items
         ),
         pbar_desc=f"step {batch.step + 1}",
-        after_each=ruler_scorer(rollouts.ruler_judge_model),
+        after_each=proof_scorer() if rollouts.proof_reward else ruler_scorer(rollouts.ruler_judge_model),
     )
     check_rollout_failures(groups, len(batch.items) * rollouts.trajectories_per_group,
                            rollouts.max_rollout_exceptions, batch.step + 1)
@@ -177,6 +178,14 @@ def ruler_scorer(
     return score
 
 
+def proof_scorer() -> Callable[["art.TrajectoryGroup"], Coroutine[Any, Any, "art.TrajectoryGroup"]]:
+    """``after_each`` for reward=proof_only_text_hash: each rollout scored by a hash of its text
+    (the GPU proof of a random-weight made model; no real run can choose it)."""
+    from trainer.agent.proof_reward import score_group
+
+    return score_group
+
+
 def make_rollouts(config: TrainerConfig, paths: Paths, db: "EmailDB") -> Rollouts:
     from trainer.agent.rollout import AgentConfig
 
@@ -189,15 +198,27 @@ def make_rollouts(config: TrainerConfig, paths: Paths, db: "EmailDB") -> Rollout
         concurrency=config.rollout_concurrency,
         max_rollout_exceptions=config.max_rollout_exceptions,
         ruler_judge_model=ruler_judge(config),
+        proof_reward=proof_reward(config),
     )
+
+
+def proof_reward(config: TrainerConfig) -> bool:
+    """reward=proof_only_text_hash, said loudly: its rewards are a hash of the text, for the GPU proof."""
+    from trainer.agent.proof_reward import PROOF_REWARD
+
+    if config.reward != PROOF_REWARD:
+        return False
+    log.warning("reward %s: PROOF ONLY, every rollout is scored by a hash of its text so that a random-weight "
+                "model's groups differ and the LoRA changes; nothing real is learned", PROOF_REWARD)
+    return True
 
 
 def answer_judge(config: TrainerConfig, paths: Paths) -> "Judge | None":
     """The judge that checks each answer (reward=judge), caching its verdicts in the
-    run directory so a resumed job does not pay twice; None when reward=ruler."""
+    run directory so a resumed job does not pay twice; None for the other rewards."""
     from trainer.agent.judge import Judge
 
-    if config.reward == "ruler":
+    if config.reward != "judge":
         return None
     return Judge.from_env(paths.judge_cache, config.judge_concurrency, config.judge_retries)
 
