@@ -21,8 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from hpc.job import notify
-from hpc.run.accounting import parse_time, read_steps
+from hpc.run import ledger
+from hpc.run.accounting import read_steps
 from hpc.run.health import Flag, HealthSettings, SettingError, check
+from hpc.run.ledger import JobStart
 from hpc.run.rundir import RunDir
 
 DEFAULT_INTERVAL = 60.0
@@ -51,8 +53,7 @@ class Watcher:
 
 def job_start_of(run: RunDir, job_id: str) -> datetime | None:
     """When the begin hook started this job (its latest job_start: a requeued job has several)."""
-    starts = [parse_time(r.get("time")) for r in run.read_ledger()
-              if r.get("event") == "job_start" and str(r.get("job_id")) == job_id]
+    starts = [r.moment for r in ledger.of_kind(ledger.read(run), JobStart) if r.job_id == job_id]
     return next((s for s in reversed(starts) if s is not None), None)
 
 

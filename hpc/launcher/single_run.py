@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from hpc.run.checkpoints import latest_complete, model_dir
 from hpc.launcher.clusters import Cluster, Registry
-from hpc.run import init_from, ownership
+from hpc.run import init_from, ledger, ownership
+from hpc.run.ledger import Chain, Submit
 from hpc.launcher import packing
 from hpc.job import vllm_runtime
 from hpc.launcher.envfiles import EnvLayer, MergedEnv, merge_layers, redact_argv
@@ -259,12 +260,6 @@ def restart_run(spec: JobSpec) -> None:
             print(f"--restart: moved {path} aside to {moved}")
 
 
-def ledger_job_ids(run_dir: RunDir) -> list[str]:
-    events = ("submit", "chain", "resubmit", "successor")
-    ids = [str(r["job_id"]) for r in run_dir.read_ledger() if r.get("event") in events]
-    return list(dict.fromkeys(ids))
-
-
 # -- preview and submission -------------------------------------------------------
 
 
@@ -345,7 +340,7 @@ def submit_run(spec: JobSpec, script: str, argv: list[str], restart: bool) -> in
 
 
 def refuse_active(spec: JobSpec) -> None:
-    active = slurm.active_jobs(ledger_job_ids(spec.run_dir))
+    active = slurm.active_jobs(ledger.job_ids(ledger.read(spec.run_dir)))
     if active:
         listed = ", ".join(f"{job} ({state})" for job, state in active.items())
         raise ActiveJobs(f"run {spec.job_name} already has active job(s) {listed}; nothing submitted "
@@ -375,16 +370,15 @@ def prepare_run(spec: JobSpec, script: str, restart: bool) -> bool:
 
 
 def submit_chain(spec: JobSpec, argv: list[str]) -> list[str]:
-    common = {"cluster": spec.cluster.name, "script": str(spec.script_path),
-              "git_commit": slurm.git_commit(REPO_DIR), "argv": argv}
+    commit = slurm.git_commit(REPO_DIR)
     job_ids: list[str] = []
     for k in range(spec.continuation.chain):
         after = job_ids[-1] if job_ids else None
         job_id = slurm.submit(spec.script_path, f"afterany:{after}" if after else None)
         out, err = spec.run_dir.log_paths(job_id)
-        event = "submit" if after is None else "chain"
-        extra = {"after": after} if after else {}
-        spec.run_dir.append_ledger(event, job_id=job_id, **common, log_out=str(out), log_err=str(err), **extra)
+        common = {"job_id": job_id, "cluster": spec.cluster.name, "script": str(spec.script_path),
+                  "git_commit": commit, "argv": argv, "log_out": str(out), "log_err": str(err)}
+        ledger.append(spec.run_dir, Submit(**common) if after is None else Chain(**common, after=after))
         job_ids.append(job_id)
     return job_ids
 

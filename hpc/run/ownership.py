@@ -54,6 +54,17 @@ def same_path(a: str | Path, b: str | Path) -> bool:
     return Path(a).resolve() == Path(b).resolve()
 
 
+def model_dir_of(run: RunDir) -> Path | None:
+    """The model folder ``run`` owns (its model.json), None before its first launch or when the
+    record is unreadable (status.sh's checkpoint column)."""
+    try:
+        record = run.read_model_record()
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    folder = record.get("model_dir") if isinstance(record, dict) else None
+    return Path(folder) if isinstance(folder, str) and folder else None
+
+
 def check(run: RunDir, model_dir: Path) -> Claim:
     """Raise OwnershipError unless ``run`` may train in ``model_dir``; writes nothing."""
     recorded = run.read_model_record()
