@@ -22,10 +22,10 @@ from pathlib import Path
 
 from hpc.job import notify
 from hpc.run import ledger
-from hpc.run.accounting import read_steps
 from hpc.run.health import Flag, HealthSettings, SettingError, check
 from hpc.run.ledger import JobStart
 from hpc.run.rundir import RunDir
+from hpc.run.steps import trained_steps
 
 DEFAULT_INTERVAL = 60.0
 
@@ -38,7 +38,7 @@ class Watcher:
         self.told: set[str] = set()
 
     def flags(self, now: datetime) -> list[Flag]:
-        return check(read_steps(self.run), self.run.read_validations(), self.job_id, "RUNNING", self.job_start,
+        return check(trained_steps(self.run), self.run.read_validations(), self.job_id, "RUNNING", self.job_start,
                      now, self.settings)
 
     def once(self, now: datetime) -> list[Flag]:

@@ -163,17 +163,6 @@ def login_preflight(spec: JobSpec) -> int:
     return 0 if result.code == 0 else 1
 
 
-def preflight_refuses(args: argparse.Namespace, spec: JobSpec) -> bool:
-    """Before submitting the trainer: the login-side preflight (hpc/launcher/queue_preflight.py), unless
-    --no_preflight, or the run is finished (nothing will be submitted)."""
-    slurm.require_sbatch()  # no Slurm here: say that first, not what the checks find
-    if args.no_preflight or not queue_preflight.applies(spec):
-        return False
-    if spec.run_dir.read_done() is not None and not args.restart:
-        return False
-    return not queue_preflight.gate(spec)
-
-
 def launch_sweep(args: argparse.Namespace, argv: list[str], registry: Registry) -> int:
     from hpc.launcher import sweep_launch  # loaded only for a sweep
 
@@ -197,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             print_preview(spec, script, args.restart)
             return login_preflight(spec) if args.preflight else 0
-        if preflight_refuses(args, spec):
+        slurm.require_sbatch()  # no Slurm here: say that first, not what the checks find
+        finished = spec.run_dir.read_done() is not None and not args.restart  # nothing will be submitted
+        if queue_preflight.refuses(None if finished else spec, args.no_preflight):
             return 1
         return submit_run(spec, script, argv, args.restart)
     except UsageError as err:  # one line, whatever a value quoted in it holds

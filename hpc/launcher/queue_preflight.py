@@ -78,6 +78,15 @@ def run(spec: JobSpec) -> Result:
     return Result(done.returncode, done.stdout, done.stderr, time.monotonic() - began)
 
 
+def refuses(spec: JobSpec | None, skip: bool) -> bool:
+    """Before submitting: True when the login-side preflight refuses ``spec`` (said on stderr); False
+    to go on, also with nothing to check (no run to launch, ``--no_preflight``, a workload that is
+    not the trainer). hpc.launch asks it for its run, a sweep for its first run to launch."""
+    if spec is None or skip or not applies(spec):
+        return False
+    return not gate(spec)
+
+
 def gate(spec: JobSpec) -> bool:
     """Before submitting: True to go on (the checks passed, or only the network let them down),
     False (said on stderr, with each failed check's fix) to submit nothing."""

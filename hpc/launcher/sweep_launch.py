@@ -237,7 +237,8 @@ def table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 def submit(plan: SweepPlan, args: argparse.Namespace, argv: list[str]) -> int:
     slurm.require_sbatch()
-    if preflight_refuses(plan, args):
+    # the first run to launch: the sweep's runs share the data, keys, backend and folders the checks look at
+    if queue_preflight.refuses(next((r.spec for r in plan.runs if r.launch), None), args.no_preflight):
         return 1
     record_sweep(plan)
     for k, group in enumerate(plan.groups(), 1):
@@ -246,15 +247,6 @@ def submit(plan: SweepPlan, args: argparse.Namespace, argv: list[str]) -> int:
         else:
             submit_alone(group[0], plan.sweep.name, argv, args.restart)
     return 0
-
-
-def preflight_refuses(plan: SweepPlan, args: argparse.Namespace) -> bool:
-    """The login-side preflight (hpc/launcher/queue_preflight.py) for the first run to launch: its runs
-    share the data, keys, backend and folders the checks look at; --no_preflight skips it."""
-    first = next((r.spec for r in plan.runs if r.launch), None)
-    if args.no_preflight or first is None or not queue_preflight.applies(first):
-        return False
-    return not queue_preflight.gate(first)
 
 
 def record_sweep(plan: SweepPlan) -> None:

@@ -42,7 +42,6 @@ it are counted) is charged to each of them in equal parts. Goodput = productive 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -52,7 +51,7 @@ from typing import Any, Callable, Iterable, Sequence
 from hpc.run import health, ledger
 from hpc.run.ledger import Chain, JobEnd, JobStart, Outcome, Record, Resubmit, Submit, Successor
 from hpc.run.rundir import RunDir
-from hpc.run.steps import Step, parse_time, span
+from hpc.run.steps import Step, number, parse_time, span, trained_steps, usual_step_seconds
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
 from hpc.slurm.output import SacctRow, run_order
@@ -66,7 +65,6 @@ ID_REUSE_SLACK = timedelta(minutes=10)
 MATCH_SLACK = timedelta(seconds=90)  # records written just after a job run's end still belong to it
 EARLY = timedelta(seconds=2)  # sacct and the run's records round to whole seconds
 RECENT_JOB_RUNS = 3  # GPU-h per step is measured over the run's latest job runs that trained
-RECENT_STEPS = 10
 
 KINDS = ("queued", "starting", "training", "between", "in_flight", "stalled", "lost", "idle")
 LABELS = {
@@ -246,25 +244,8 @@ class RunAccounting:
         return None if per_step is None or remaining is None else remaining * per_step
 
 
-def number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def read_steps(run: RunDir) -> list[Step]:
-    """steps.jsonl as records, in the order they were trained; records without times are skipped."""
-    steps = []
-    for record in objects(run.read_steps):
-        end, seconds = parse_time(record.get("ended")), number(record.get("seconds"))
-        start = parse_time(record.get("started")) if seconds is None else None
-        if end is None or (seconds is None and start is None):
-            continue
-        seconds = seconds if seconds is not None else (end - start).total_seconds()  # type: ignore[operator]
-        steps.append(Step(int(record.get("step") or 0), str(record.get("job_id", "")), end - timedelta(seconds=seconds),
-                          end, seconds, number(record.get("reward_spread"))))
-    return steps
-
-
-def read_stops(run: RunDir) -> list[Stop]:
+def stops_of(run: RunDir) -> list[Stop]:
+    """stops.jsonl as records (those with a time), oldest first."""
     stops = []
     for record in objects(run.read_stops):
         moment = parse_time(record.get("time"))
@@ -468,7 +449,7 @@ class RunFiles:
     @classmethod
     def read(cls, run: RunDir, records: list[Record] | None = None) -> RunFiles:
         """Whatever is readable: a torn or odd file reads as empty, never as an error."""
-        return cls(ledger.readable(run) if records is None else records, read_steps(run), read_stops(run),
+        return cls(ledger.readable(run) if records is None else records, trained_steps(run), stops_of(run),
                    marker(run.read_progress) or {}, marker(run.read_done), objects(run.read_validations))
 
 
@@ -511,7 +492,7 @@ def account(name: str, files: RunFiles, rows: Iterable[SacctRow], charging: Char
         jobs.append(job_run(row, attempt, ready, known, gpus, share, now))
         previous_end = row.end or previous_end
     return RunAccounting(name, charging, tuple(jobs), *step_totals(files), restart_gaps(jobs),
-                         median_step(files.steps), now)
+                         usual_step_seconds(files.steps), now)
 
 
 def with_stall(known: JobFacts, row: SacctRow, files: RunFiles, now: datetime, settings: Any) -> JobFacts:
@@ -541,11 +522,6 @@ def restart_gaps(jobs: list[JobRun]) -> tuple[float, ...]:
         if before.end is not None and first is not None:
             gaps.append(max(0.0, (first - before.end).total_seconds()))
     return tuple(gaps)
-
-
-def median_step(steps: list[Step]) -> float | None:
-    recent = [s.seconds for s in steps[-RECENT_STEPS:]]
-    return statistics.median(recent) if recent else None
 
 
 # -- text ------------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ import pytest
 from hpc.run import accounting
 from hpc.run.report import DPI, FIG_SIZE, main as report_main
 from hpc.run.rundir import RunDir
+from hpc.run.steps import trained_steps
 from hpc.slurm.output import tres_gpus
 from tests.doubles.webhook_receiver import WebhookReceiver
 from tests.hpc.slurm_helpers import cancel, launch
@@ -182,7 +183,7 @@ def test_every_step_is_in_the_job_run_that_trained_it_and_the_time_adds_up(finis
 
 
 def run_steps(run: RunDir, job: accounting.JobRun) -> list[accounting.Step]:
-    return [s for s in accounting.read_steps(run) if job.start <= s.end <= job.end]
+    return [s for s in trained_steps(run) if job.start <= s.end <= job.end]
 
 
 def test_a_requeued_runs_wait_counts_from_its_requeue_and_gaps_span_hold_and_start_up(finished):
