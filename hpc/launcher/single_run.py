@@ -63,16 +63,7 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
     cluster = detection.cluster
     job_name = check_job_name(args.job_name)
     time_limit = check_time_limit(args.time_limit, cluster)
-    num_nodes = check_range("--num_nodes", args.num_nodes, 1, cluster.max_nodes, f" on {cluster.name}")
-    cpus = check_range("--cpus_per_task",
-                       cluster.cpus_per_task if args.cpus_per_task is None else args.cpus_per_task, 1, 4096)
-    limit_seconds = parse_time_limit(time_limit) * 60
-    grace = args.signal_grace if args.signal_grace is not None else default_signal_grace(limit_seconds)
-    grace = check_range("--signal_grace", grace, 10, max(limit_seconds - 10, 10), " seconds (less than the time limit)")
-    check_range("--max_resubmits", args.max_resubmits, 0, 10_000)
-    check_range("--max_failures", args.max_failures, 1, 1_000)
-    if args.chain is not None:
-        check_range("--chain", args.chain, 1, 1_000)
+    num_nodes, cpus, grace = check_numbers(args, cluster, time_limit)
     ray_port = check_ray_port(args.ray_port or cluster.ray_port, num_nodes)
     config = check_config(args.config)
     train_args = check_train_args(args.train_arg)
@@ -120,6 +111,22 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
         gpu_line=packing.describe(use, [job_name]),
         gpu_mode=gpus.gpu_mode,
     )
+
+
+def check_numbers(args: argparse.Namespace, cluster: Cluster, time_limit: str) -> tuple[int, int, int]:
+    """--num_nodes, --cpus_per_task and --signal_grace as the job gets them, and the continuation's
+    counts, checked in this order (the first bad one is the error)."""
+    num_nodes = check_range("--num_nodes", args.num_nodes, 1, cluster.max_nodes, f" on {cluster.name}")
+    cpus = check_range("--cpus_per_task",
+                       cluster.cpus_per_task if args.cpus_per_task is None else args.cpus_per_task, 1, 4096)
+    limit_seconds = parse_time_limit(time_limit) * 60
+    grace = args.signal_grace if args.signal_grace is not None else default_signal_grace(limit_seconds)
+    grace = check_range("--signal_grace", grace, 10, max(limit_seconds - 10, 10), " seconds (less than the time limit)")
+    check_range("--max_resubmits", args.max_resubmits, 0, 10_000)
+    check_range("--max_failures", args.max_failures, 1, 1_000)
+    if args.chain is not None:
+        check_range("--chain", args.chain, 1, 1_000)
+    return num_nodes, cpus, grace
 
 
 def job_env(args: argparse.Namespace, layers: list[EnvLayer], outer: dict[str, str], cluster: Cluster,
