@@ -16,7 +16,8 @@ destroying both. So ownership is recorded both ways:
 The launcher (before it submits) and the job's ``begin`` hook check both and
 refuse, in one line naming both runs and the ways out, to train in a folder
 another run owns. A folder made before these records existed is adopted by the
-run of its name, and the launcher says so. Stdlib only.
+run of its name, and the launcher says so. status.sh finds a run's checkpoints through
+``model_dir_of`` (its model.json). Stdlib only.
 """
 
 from __future__ import annotations
