@@ -5,10 +5,10 @@ Each kind of event is one frozen dataclass with its fields (docs/design.md, "Led
 ``Cancelled``, ``Done``, ``Failed``. ``append`` writes one as the JSON line runs on clusters
 already have (``event`` and ``time`` first; a field listed in a kind's ``OMITTED`` only when
 set); ``read`` gives them back typed, oldest first. A line that is torn, not an object, of an
-event this code does not know (a newer release's), or without a field its kind needs (a job
-id) is skipped, never an error: the ledger survives requeues, lost nodes and older and newer
-versions of this code. What the records say together (the jobs a run has had, its
-continuations, its newest launch) is here too, once. Stdlib only.
+event this code does not know (a newer release's), or a job record without its job id is
+skipped, never an error (a field of the wrong type takes its default): the ledger survives
+requeues, lost nodes and older and newer versions of this code. What the records say together
+(the jobs a run has had, its continuations, its newest launch) is here too, once. Stdlib only.
 """
 
 from __future__ import annotations
@@ -201,10 +201,9 @@ def from_json(data: Any) -> Record | None:
             value = typed(data[f.name], hints[f.name])
             if value is not INVALID:
                 values[f.name] = value
-    try:
-        return kind(**values)
-    except TypeError:  # a field it needs is missing (a job record's job id)
-        return None
+    if issubclass(kind, JobRecord) and not values.get("job_id"):
+        return None  # a job record names its job
+    return kind(**values)
 
 
 INVALID = object()
