@@ -30,7 +30,7 @@ from typing import Callable
 
 import pytest
 
-from hpc.run import accounting
+from hpc.run import accounting, ledger
 from hpc.run.report import DPI, FIG_SIZE, main as report_main
 from hpc.run.rundir import RunDir
 from hpc.run.steps import trained_steps
@@ -112,7 +112,7 @@ def runs(slurm, tmp_path_factory):
         try:
             yield {"dirs": dirs, "hook": hook, "runs_dir": runs_dir}
         finally:
-            cancel([job for run in dirs.values() for job in accounting.run_job_ids(ledger_lines(run))])
+            cancel([job for run in dirs.values() for job in ledger.job_ids(ledger.read(run))])
 
 
 @pytest.fixture(scope="module")
