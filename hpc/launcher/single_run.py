@@ -12,7 +12,7 @@ import shlex
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpc.run.checkpoints import latest_complete, model_dir
 from hpc.launcher.clusters import Cluster, Registry
@@ -383,8 +383,8 @@ def submit_chain(spec: JobSpec, argv: list[str]) -> list[str]:
         after = job_ids[-1] if job_ids else None
         job_id = slurm.submit(spec.script_path, f"afterany:{after}" if after else None)
         out, err = spec.run_dir.log_paths(job_id)
-        common = {"job_id": job_id, "cluster": spec.cluster.name, "script": str(spec.script_path),
-                  "git_commit": commit, "argv": argv, "log_out": str(out), "log_err": str(err)}
+        common: dict[str, Any] = {"job_id": job_id, "cluster": spec.cluster.name, "script": str(spec.script_path),
+                                  "git_commit": commit, "argv": argv, "log_out": str(out), "log_err": str(err)}
         ledger.append(spec.run_dir, Submit(**common) if after is None else Chain(**common, after=after))
         job_ids.append(job_id)
     return job_ids

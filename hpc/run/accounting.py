@@ -362,7 +362,7 @@ def facts_by_row(owners: Owners, files: RunFiles) -> dict[int, JobFacts]:
         moment = record.moment
         row = owners.of(record.job_id, moment) if isinstance(record, (JobStart, JobEnd)) and moment else None
         if row is not None:
-            hooks[id(row)] = replace(hooks.get(id(row), Hooks()), **{type(record).EVENT: record})
+            hooks[id(row)] = hooks.get(id(row), Hooks()).with_record(record)
     return {key: job_facts(row, steps.get(key, []), stop=stops.get(key), hooks=hooks.get(key, Hooks()))
             for key, row in ((id(r), r) for rows in owners.by_id.values() for r in rows)}
 
@@ -373,6 +373,11 @@ class Hooks:
 
     job_start: JobStart | None = None
     job_end: JobEnd | None = None
+
+    def with_record(self, record: Record) -> Hooks:
+        if isinstance(record, JobStart):
+            return replace(self, job_start=record)
+        return replace(self, job_end=record) if isinstance(record, JobEnd) else self
 
 
 def job_facts(row: SacctRow, steps: list[Step], stop: Stop | None, hooks: Hooks) -> JobFacts:
@@ -482,7 +487,7 @@ def account(name: str, files: RunFiles, rows: Iterable[SacctRow], charging: Char
     ordered = sorted(rows_of_run(files.ledger, rows, now), key=run_order)
     owners = Owners(ordered, now)
     facts = facts_by_row(owners, files)
-    jobs, previous_end, attempts = [], None, {}
+    jobs, previous_end, attempts = [], None, dict[str, int]()
     for row in ordered:
         attempt = attempts[row.job_id] = attempts.get(row.job_id, -1) + 1
         ready = max(filter(None, (row.submit, previous_end)), default=None)

@@ -191,7 +191,8 @@ def to_json(record: Record) -> dict[str, Any]:
 
 def from_json(data: Any) -> Record | None:
     """The typed record of one line; None for a line that is no record this code knows."""
-    kind = KINDS.get(data.get("event")) if isinstance(data, dict) else None
+    event = data.get("event") if isinstance(data, dict) else None
+    kind = KINDS.get(event) if isinstance(event, str) else None
     if kind is None:
         return None
     hints = get_type_hints(kind)

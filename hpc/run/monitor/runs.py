@@ -265,7 +265,8 @@ def print_parked(views: list[RunView]) -> None:
     if parked_views:
         print("\nParked runs (no job queued, not finished, failed or cancelled): launch again to resume")
     for view in parked_views:
-        print(f"  {printable(view.run_dir.name)}: {printable(view.parked.resume)}")
+        resume = view.parked.resume if view.parked is not None else ""
+        print(f"  {printable(view.run_dir.name)}: {printable(resume)}")
 
 
 def print_service(run_dir: RunDir) -> None:
