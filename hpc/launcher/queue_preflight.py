@@ -5,8 +5,9 @@ environment lacks, a model missing from an offline cluster's HF cache, an
 output folder it cannot write) would otherwise wait its turn in the queue,
 hours on a busy cluster, only to fail in seconds. So ``hpc.launch`` runs
 trainer/training/preflight.py ``--where login`` with the job's environment before it
-submits, and refuses (exit 1, nothing submitted or written) with the checks'
-own one-line fixes when one fails for good; ``--no_preflight`` skips it.
+submits (``refuses``: a single run's, a sweep's first run to launch), and refuses
+(exit 1, nothing submitted or written) with the checks' own one-line fixes when one
+fails for good; ``--no_preflight`` skips it.
 
 The checks run in a child process: litellm, httpx and the trainer's config
 loader stay out of the launcher (``--dry_run`` must stay import-light).
@@ -76,6 +77,15 @@ def run(spec: JobSpec) -> Result:
     except subprocess.TimeoutExpired:
         return Result(-1, "", f"the checks did not finish within {TIMEOUT} s", time.monotonic() - began)
     return Result(done.returncode, done.stdout, done.stderr, time.monotonic() - began)
+
+
+def refuses(spec: JobSpec | None, skip: bool) -> bool:
+    """Before submitting: True when the login-side preflight refuses ``spec`` (said on stderr); False
+    to go on, also with nothing to check (no run to launch, ``--no_preflight``, a workload that is
+    not the trainer). hpc.launch asks it for its run, a sweep for its first run to launch."""
+    if spec is None or skip or not applies(spec):
+        return False
+    return not gate(spec)
 
 
 def gate(spec: JobSpec) -> bool:

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from hpc.run import ledger
+from hpc.run.ledger import JobStart
 from hpc.run.rundir import RunDir, read_json
 
 # ART-E's published accuracy on its 100 validation questions (OpenPipe's ART-E write-up),
@@ -57,8 +59,7 @@ class Bar:
 
 def job_starts(run: RunDir) -> list[tuple[int, str]]:
     """(step, job id) where each job after the first began training."""
-    starts = [(int(r["step"]), str(r["job_id"])) for r in run.read_ledger()
-              if r.get("event") == "job_start" and r.get("step") is not None]
+    starts = [(r.step, r.job_id) for r in ledger.of_kind(ledger.read(run), JobStart) if r.step is not None]
     return starts[1:]
 
 

@@ -8,7 +8,7 @@ cheaply) means there is exactly one definition of where things are.
 
 Layout of ``<runs_dir>/<job_name>/``::
 
-    ledger.jsonl            one JSON record per line, append-only (see LEDGER_EVENTS)
+    ledger.jsonl            one JSON record per line, append-only: its events are hpc/run/ledger.py's
     scripts/<launch>.sbatch rendered job scripts, one per launch, never overwritten
     secrets.env             secret variables for the job, mode 0600, never in a script
     model.json              the model folder this run owns (and --init_from's source); hpc/run/ownership.py
@@ -53,21 +53,6 @@ EXIT_STOPPED_FOR_TIME = 75
 # rejected key, a missing package: trainer/training/preflight.py, trainer.train's setup
 # errors): job control gives the run up at once instead of retrying. 78 is EX_CONFIG.
 EXIT_CONFIG_ERROR = 78
-
-LEDGER_EVENTS = (
-    "submit",      # launcher submitted a job (job_id, cluster, script, git_commit, argv, log_out, log_err)
-    "chain",       # launcher pre-submitted a chained job (same fields + after)
-    "job_start",   # a job began work (job_id, step, restart_count, err_offset)
-    "job_end",     # a job's workload ended (job_id, exit_code, step, outcome; error when failed)
-    "requeue",     # the job was requeued (job_id, by = "job" | "slurm")
-    "successor",   # a starting job queued its successor, afterany on itself (job_id = new id, after = old id)
-    "resubmit",    # the run continues in job_id after job `after` (by = "successor": the one queued at its
-                   # start, whose begin hook found `after` ended without its end hook, or that end hook chose it)
-    "cancelled",   # a user cancelled the job; the run is not continued (job_id)
-    "done",        # training finished (step)
-    "failed",      # run given up (reason, log_tail, error)
-)
-
 
 # Locks this process holds, by run path, with their nesting depth.
 _HELD: dict[str, int] = {}
@@ -187,21 +172,6 @@ class RunDir:
             finally:
                 _HELD.pop(key, None)
                 fcntl.flock(handle, fcntl.LOCK_UN)
-
-    # -- ledger ---------------------------------------------------------------
-
-    def append_ledger(self, event: str, **fields: Any) -> dict[str, Any]:
-        """Append one record; a single write() of one line under the lock."""
-        if event not in LEDGER_EVENTS:
-            raise ValueError(f"unknown ledger event {event!r}; known: {', '.join(LEDGER_EVENTS)}")
-        record = {"event": event, "time": utc_now(), **fields}
-        with self.locked():
-            append_jsonl(self.ledger, record)
-        return record
-
-    def read_ledger(self) -> list[dict[str, Any]]:
-        """All records, oldest first; a torn last line (crash mid-write) is skipped."""
-        return read_jsonl(self.ledger)
 
     # -- markers and progress -------------------------------------------------
 

@@ -25,6 +25,7 @@ import yaml
 
 from hpc import yamlfile
 from hpc.digits import ascii_float, ascii_int
+from hpc.errors import one_line
 from hpc.job.deadline import DEFAULT_SETTINGS as DEFAULT_BOUNDARY
 from trainer.agent.proof_reward import PROOF_REWARD, refusal
 
@@ -341,7 +342,3 @@ def to_str(value: Any) -> str:
 
 
 COERCERS: dict[type, Callable[[Any], Any]] = {bool: to_bool, int: to_int, float: to_float, str: to_str}
-
-
-def one_line(error: Exception) -> str:
-    return " ".join(str(error).split())

@@ -22,6 +22,7 @@ from trainer.training.boundary import boundary_rule, stop_before_backend, stop_b
 from trainer.training.config import TrainerConfig, shuffle_seed
 from trainer.training.environment import Paths
 from trainer.training.exits import SetupError, StepFailed
+from trainer.training.preflight import data_ready
 from trainer.training.progress import StepClock, step_stats, total_steps, write_progress
 from trainer.training.rollouts import Abandoned, Rollouts, gather_step, make_rollouts
 from trainer.training.stop_request import StopRequest
@@ -49,7 +50,7 @@ async def train(config: TrainerConfig, paths: Paths, stop: StopRequest) -> int:
 
     stop.attach(asyncio.get_running_loop())
     try:
-        db_path = check_data(paths.data_dir)
+        db_path = data_ready(config, paths.data_dir, os.environ)  # the preflight's data checks
         scenarios = load_training_scenarios(config, paths.data_dir)
         log.info("data: %s, %d training scenarios", paths.data_dir, len(scenarios))
         check_models_cached(config, os.environ)
@@ -91,18 +92,6 @@ def load_training_scenarios(config: TrainerConfig, data_dir: Path) -> list["Scen
         raise SetupError(f"no training scenarios in {data_dir} (max_messages={config.max_messages}); "
                          "stage the data with `python -m trainer.data prepare`")
     return scenarios
-
-
-def check_data(data_dir: Path) -> Path:
-    """The email database path; a missing data directory is one clear line, not a traceback."""
-    from trainer.staging.data import data_paths
-
-    paths = data_paths(data_dir)
-    missing = [str(p) for p in (data_dir, paths.db, paths.scenarios("train")) if not Path(p).exists()]
-    if missing:
-        raise SetupError(f"training data not found ({', '.join(missing)} missing); stage it on a login node "
-                         "with internet: `python -m trainer.data prepare` (DATA_DIR chooses where)")
-    return Path(paths.db)
 
 
 def make_validator(config: TrainerConfig, paths: Paths, db: "EmailDB", rollouts: Rollouts) -> "Validator | None":

@@ -69,6 +69,7 @@ from hpc.run.checkpoints import model_dir as art_model_dir
 from hpc.secret_names import is_secret_name
 from hpc.run.rundir import EXIT_CONFIG_ERROR
 from trainer.training.config import ConfigError, TrainerConfig, load_config, shuffle_seed
+from trainer.training.exits import SetupError
 
 log = logging.getLogger("trainer.preflight")
 
@@ -160,35 +161,42 @@ class Context:
         return self.config.preflight_timeout
 
     def redact(self, text: str) -> str:
-        """``text`` in one line, secrets of the environment as ***, at most MESSAGE_CHARS long."""
-        text = " ".join(text.split())
-        for name, value in self.env.items():
-            if is_secret_name(name) and value and len(value) >= 8:
-                text = text.replace(value, "***")
-        return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
+        return redact(text, self.env)
+
+
+def redact(text: str, env: Mapping[str, str]) -> str:
+    """``text`` in one line, secrets of ``env`` as ***, at most MESSAGE_CHARS long."""
+    text = " ".join(text.split())
+    for name, value in env.items():
+        if is_secret_name(name) and value and len(value) >= 8:
+            text = text.replace(value, "***")
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
 
 
 # -- data -------------------------------------------------------------------------------------
 
 
 def check_data(ctx: Context) -> Check:
+    return data_check(ctx.targets.data_dir, ctx.env)
+
+
+def data_check(data_dir: Path, env: Mapping[str, str]) -> Check:
     """The data directory and the email database: opens read-only, expected tables, not empty."""
     from trainer.staging.data import data_paths
     from trainer.agent.email_db import EmailDB
 
-    data_dir = ctx.targets.data_dir
     try:
         if not data_dir.is_dir():
             return permanent("data", f"the data directory {data_dir} does not exist", STAGE_HINT)
         with EmailDB(data_paths(data_dir).db) as db:
             emails = db.count()
     except FileNotFoundError as error:
-        return permanent("data", ctx.redact(str(error).split(";")[0]), STAGE_HINT)
+        return permanent("data", redact(str(error).split(";")[0], env), STAGE_HINT)
     except ValueError as error:  # not SQLite, or not this version's schema
-        return permanent("data", ctx.redact(str(error).split(";")[0]),
+        return permanent("data", redact(str(error).split(";")[0], env),
                          "rebuild it: `python -m trainer.data prepare --force`")
     except (sqlite3.Error, OSError) as error:  # a shared filesystem's hiccup (EIO, ESTALE...)
-        return transient("data", ctx.redact(f"cannot read the email database in {data_dir}: {error}"),
+        return transient("data", redact(f"cannot read the email database in {data_dir}: {error}", env),
                          "check the filesystem DATA_DIR is on; the run retries")
     if emails == 0:
         return permanent("data", f"the email database in {data_dir} holds no emails",
@@ -197,28 +205,44 @@ def check_data(ctx: Context) -> Check:
 
 
 def check_scenarios(ctx: Context) -> Check:
+    return scenarios_check(ctx.config, ctx.targets.data_dir, ctx.env)
+
+
+def scenarios_check(config: TrainerConfig, data_dir: Path, env: Mapping[str, str]) -> Check:
     """The scenario files the config reads: train always, test when it validates."""
     from trainer.agent.scenarios import load_scenarios
 
-    config, data_dir = ctx.config, ctx.targets.data_dir
     try:
         train = load_scenarios(data_dir, "train", limit=config.training_dataset_size,
                                max_messages=config.max_messages, shuffle=False, seed=shuffle_seed(config) or 0)
         test = (load_scenarios(data_dir, "test", limit=config.val_set_size, max_messages=config.max_messages,
                                shuffle=False) if config.val_set_size > 0 else [])
     except FileNotFoundError as error:
-        return permanent("scenarios", ctx.redact(str(error).split(";")[0]), STAGE_HINT)
+        return permanent("scenarios", redact(str(error).split(";")[0], env), STAGE_HINT)
     except ValueError as error:  # a line that does not parse
-        return permanent("scenarios", ctx.redact(str(error).split("; stage")[0]),
+        return permanent("scenarios", redact(str(error).split("; stage")[0], env),
                          "stage it again: `python -m trainer.data prepare --force`")
     except OSError as error:
-        return transient("scenarios", ctx.redact(f"cannot read the scenarios in {data_dir}: {error}"),
+        return transient("scenarios", redact(f"cannot read the scenarios in {data_dir}: {error}", env),
                          "check the filesystem DATA_DIR is on; the run retries")
     if not train:
         return permanent("scenarios", f"no training scenario in {data_dir} passes max_messages="
                          f"{config.max_messages}", "raise max_messages, or stage the full data: " + STAGE_HINT)
     validation = f", {len(test)} validation questions" if config.val_set_size > 0 else ", no validation"
     return passed("scenarios", f"{len(train)} training scenarios{validation}")
+
+
+def data_ready(config: TrainerConfig, data_dir: Path, env: Mapping[str, str]) -> Path:
+    """The email database, once the data and scenario checks pass: the training loop asks before
+    its backend starts, whether or not the preflight ran (``preflight: false``). A permanent failure
+    is a SetupError (exit 78) quoting the check's line; a transient one (a filesystem's hiccup) is
+    left to the loop, which meets it again and fails like any failure (retried)."""
+    from trainer.staging.data import data_paths
+
+    for found in (data_check(data_dir, env), scenarios_check(config, data_dir, env)):
+        if not found.ok and found.permanent:
+            raise SetupError(found.error_line())
+    return Path(data_paths(data_dir).db)
 
 
 # -- models and backend -----------------------------------------------------------------------

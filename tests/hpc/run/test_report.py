@@ -23,6 +23,7 @@ from tests.trainer.training.test_train import JUDGE_MODEL, Run, train_in_process
 from tests.trainer.conftest import art_e_data_dir  # noqa: F401 (a fixture)
 from tests.trainer.training.test_train import run, server  # noqa: F401 (fixtures)
 from trainer.evaluation.eval import main as eval_main
+from tests.doubles.ledger_lines import write_record
 from trainer.training.stop_request import StopRequest
 
 pytestmark = pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
@@ -145,7 +146,7 @@ def test_python_m_hpc_report_writes_the_sections_other_modules_register(tmp_path
     import sys
 
     run = RunDir(tmp_path / "r")
-    run.append_ledger("submit", job_id="5", cluster="local")
+    write_record(run, "submit", job_id="5", cluster="local")
     result = subprocess.run([sys.executable, "-m", "hpc.report", str(run.path)], cwd=REPO, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -154,7 +155,7 @@ def test_python_m_hpc_report_writes_the_sections_other_modules_register(tmp_path
 
 def test_a_run_without_rewards_or_evaluations_gets_no_empty_pictures(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "r")
-    run.append_ledger("submit", job_id="5", cluster="local")
+    write_record(run, "submit", job_id="5", cluster="local")
     run.append_step({"step": 1, "seconds": 2.0})  # a step without reward_mean
     assert report_main([str(run.path)]) == 0
     markdown = (run.report_dir / "report.md").read_text()
