@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trainer.eval: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as error:  # noqa: BLE001 - e.g. the data or vLLM: one line, the log has the rest
-        from trainer.staging.data import SourceError
+        from trainer.staging.sources import SourceError
         from trainer.serving.vllm_server import ServerError
 
         if not isinstance(error, (SourceError, ServerError, OSError)):
