@@ -1,4 +1,4 @@
-"""The Enron email database the agent searches: schema, fast build, search, read.
+"""The Enron email database the agent searches: schema, search, read (its fast build: email_db_build.py).
 
 One SQLite file, built once by ``python -m trainer.data prepare``, then only
 read, by many rollouts at once and often from a shared filesystem.
@@ -22,13 +22,6 @@ Layout, and why:
   leaves the planner a choice between walking every keyword match or every
   inbox email and then sorting them all; here the cost follows the shortest
   list and stops at the tenth hit.
-
-Building: the main thread loads rows into ``emails``/``recipients`` (one
-transaction per chunk, WAL) while a second thread indexes each committed chunk
-into a side file with one ``INSERT ... SELECT`` (SQLite runs it without the
-GIL, so the two threads use two cores; FTS5 writes each chunk as one segment).
-The main thread then builds the secondary indexes, copies the side file's index
-in, and the file is renamed into place only when complete.
 
 ``search`` must return what ART-E's straightforward query returns;
 ``EmailDB.search_reference`` is that query on this schema, kept so tests and the

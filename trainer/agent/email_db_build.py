@@ -1,6 +1,13 @@
 """Building the Enron email database (``python -m trainer.data prepare``): rows filtered,
 deduplicated and ordered, the full-text index made on a second thread, the file renamed into
 place when complete. The schema and its reading are trainer/agent/email_db.py's.
+
+How: the main thread loads rows into ``emails``/``recipients`` (one
+transaction per chunk, WAL) while a second thread indexes each committed chunk
+into a side file with one ``INSERT ... SELECT`` (SQLite runs it without the
+GIL, so the two threads use two cores; FTS5 writes each chunk as one segment).
+The main thread then builds the secondary indexes, copies the side file's index
+in, and the file is renamed into place only when complete.
 """
 
 from __future__ import annotations
