@@ -42,9 +42,9 @@ with the run's merged dotenv: the same checks without writing anything, the
 judge reached from the login node, and a list of what only the job can check.
 
 Config keys: ``preflight`` (off: no checks), ``preflight_judge`` (off: no
-judge request), ``preflight_min_free_gb``, ``preflight_timeout``. Stdlib at
-import; httpx (W&B; a judge through the tunnel's proxy) and litellm (a provider's judge) are
-imported by their checks only: litellm's import alone took ~3.5 s of every launch's preflight.
+judge request), ``preflight_min_free_gb``, ``preflight_timeout``. httpx (W&B; a judge
+through the tunnel's proxy) and litellm (a provider's judge) are imported by their checks only:
+litellm's import alone took ~3.5 s of every launch's preflight.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from typing import Callable, Mapping
 
 from hpc.run.checkpoints import model_dir as art_model_dir
 from hpc.run.rundir import EXIT_CONFIG_ERROR
+from trainer.staging.data import default_data_dir
 from trainer.training.config import ConfigError, TrainerConfig, load_config
 from trainer.training.preflight_checks import (
     Check,
@@ -139,8 +140,6 @@ def run_job(config: TrainerConfig, targets: Targets, env: Mapping[str, str]) -> 
 
 def targets_from_env(config_name: str, config: TrainerConfig, env: Mapping[str, str]) -> Targets:
     """The places as trainer.train resolves them (HPC_RUN_DIR, ART_PATH, DATA_DIR, WANDB_DIR)."""
-    from trainer.staging.data import default_data_dir
-
     run_dir = Path(env.get("HPC_RUN_DIR") or REPO_DIR / "runs" / config_name).absolute()
     art_path = Path(env.get("ART_PATH") or run_dir / "art").absolute()
     model = env.get("HPC_MODEL_DIR") or art_model_dir(art_path, config.project, run_dir.name)

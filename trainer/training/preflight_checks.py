@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from hpc.job.vllm_runtime import cache_dir, choose
 from hpc.secret_names import is_secret_name
+from trainer.agent.email_db import EmailDB
+from trainer.agent.scenarios import load_scenarios
+from trainer.staging.data import data_paths
+from trainer.staging.model_cache import hub_cache, missing_repos, required_repos
 from trainer.training.config import TrainerConfig, shuffle_seed
 
 # What ART's LocalBackend imports that only the backend extra installs (found, not imported).
@@ -115,9 +120,6 @@ class Context:
 
 def check_data(ctx: Context) -> Check:
     """The data directory and the email database: opens read-only, expected tables, not empty."""
-    from trainer.staging.data import data_paths
-    from trainer.agent.email_db import EmailDB
-
     data_dir = ctx.targets.data_dir
     try:
         if not data_dir.is_dir():
@@ -140,8 +142,6 @@ def check_data(ctx: Context) -> Check:
 
 def check_scenarios(ctx: Context) -> Check:
     """The scenario files the config reads: train always, test when it validates."""
-    from trainer.agent.scenarios import load_scenarios
-
     config, data_dir = ctx.config, ctx.targets.data_dir
     try:
         train = load_scenarios(data_dir, "train", limit=config.training_dataset_size,
@@ -168,8 +168,6 @@ def check_scenarios(ctx: Context) -> Check:
 
 def check_model_cache(ctx: Context) -> Check:
     """Offline, ART's LocalBackend loads only what the HF cache holds (trainer/staging/model_cache.py)."""
-    from trainer.staging.model_cache import hub_cache, missing_repos, required_repos
-
     config = ctx.config
     if config.backend != "local":
         return passed("model_cache", f"backend {config.backend} loads its own models: not checked")
@@ -218,8 +216,6 @@ def check_backend(ctx: Context) -> Check:
 
 def runtime_check(ctx: Context) -> Check:
     """ART builds its vLLM runtime on first use: an offline node cannot (hpc/job/vllm_runtime.py)."""
-    from hpc.job.vllm_runtime import cache_dir, choose
-
     choice = choose(ctx.env)
     if choice.server is not None:
         return passed("backend", f"ART's LocalBackend packages found; vLLM runtime: {choice.how} at {choice.server}")

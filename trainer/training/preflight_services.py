@@ -11,6 +11,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Mapping
 
+from trainer.agent.judge import DEFAULT_JUDGE_MODEL, litellm_route
 from trainer.training.config import TrainerConfig
 from trainer.training.preflight_checks import (
     Check,
@@ -52,7 +53,7 @@ def check_wandb(ctx: Context) -> Check:
 def reach_wandb(ctx: Context) -> Check:
     """One authenticated request to W&B's API (WANDB_BASE_URL, else api.wandb.ai): 401/403 is a
     key it rejects; no answer within the timeout is transient."""
-    import httpx
+    import httpx  # only when W&B is asked: the job's preflight runs in seconds, before anything heavy
 
     base = (ctx.env.get("WANDB_BASE_URL") or "https://api.wandb.ai").rstrip("/")
     try:
@@ -83,8 +84,6 @@ class JudgeTarget:
 
 def judge_targets(config: TrainerConfig, env: Mapping[str, str]) -> list[JudgeTarget]:
     """The answer judge (reward=judge, and validation's), RULER's judge (reward=ruler); once each."""
-    from trainer.agent.judge import DEFAULT_JUDGE_MODEL
-
     base = env.get("JUDGE_API_BASE") or None
     key = (env.get("JUDGE_API_KEY") or env.get("OPENAI_API_KEY") or None) if base else None
     answer = env.get("JUDGE_MODEL") or DEFAULT_JUDGE_MODEL
@@ -158,14 +157,14 @@ def post_json(ctx: Context, url: str, body: dict, headers: dict[str, str]) -> tu
     tunnel's socks5h://) with httpx, which speaks SOCKS as the judge's own client does; else with
     urllib, which costs no import (httpx's takes a noticeable part of a second)."""
     if any(ctx.env.get(name) for name in PROXY_VARIABLES):
-        import httpx
+        import httpx  # only through a proxy: urllib below costs no import
 
         try:
             answer = httpx.post(url, json=body, headers=headers, timeout=ctx.timeout)
         except httpx.HTTPError as error:
             raise OSError(f"{type(error).__name__}: {error}") from None
         return answer.status_code, answer.text
-    import urllib.error
+    import urllib.error  # stdlib, but only a judge at JUDGE_API_BASE needs it
     import urllib.request
 
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
@@ -196,9 +195,7 @@ def http_detail(body: dict, text: str) -> str:
 
 def ask_through_litellm(ctx: Context, target: JudgeTarget) -> Check:
     """A provider's model (GEMINI_API_KEY...) or a name litellm routes: through litellm itself."""
-    import litellm
-
-    from trainer.agent.judge import litellm_route
+    import litellm  # seconds to import: only when a provider's judge is asked
 
     litellm.suppress_debug_info = True  # its "Give Feedback" banner is no error line
     # litellm's logging thread serializes the response after the call returns: its pydantic
