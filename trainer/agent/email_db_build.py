@@ -22,7 +22,8 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date as Date, datetime
+from datetime import date as Date
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -407,7 +408,7 @@ class _Steps:
     def __init__(self, show: bool) -> None:
         self.bar = None
         if show:
-            from tqdm import tqdm
+            from tqdm import tqdm  # light, but only a build shows a bar
 
             self.bar = tqdm(total=4, desc="finishing", unit=" steps", bar_format="{desc} {n}/{total}{postfix}")
 

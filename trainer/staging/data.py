@@ -34,11 +34,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.training.config import ConfigError
-from trainer.agent.email_db import DB_FILENAME, MAX_BODY_CHARS, MAX_RECIPIENTS
+from trainer.agent.email_db import DB_FILENAME, MAX_BODY_CHARS, MAX_RECIPIENTS, EmailDB
 from trainer.agent.email_db_build import BuildReport, build_database, temporary_file
-from trainer.agent.scenarios import SCENARIOS_DIRNAME, SPLITS, Scenario, scenario_file
+from trainer.agent.scenarios import SCENARIOS_DIRNAME, SPLITS, Scenario, read_scenario_file, scenario_file
+from trainer.staging.model_cache import Repo, hub_cache, required_repos, stage
 from trainer.staging.sources import SOURCE_FORMS, SourceError, email_rows, question_rows, resolve_source
+from trainer.training.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_EMAILS = "corbt/enron-emails"
@@ -75,8 +76,9 @@ def cluster_setting(name: str, flag: str | None = None) -> str | None:
     value = os.environ.get(name)
     if value:
         return value
-    from hpc.launcher.clusters import load_registry
+    # The launcher's cluster table, only outside a job and only here: the trainer never imports the launcher
     from hpc.errors import UsageError
+    from hpc.launcher.clusters import load_registry
     from hpc.launcher.jobspec import dotenv_setting
 
     try:
@@ -142,9 +144,6 @@ def prepare(data_dir: Path, emails: str, questions: str, *, force: bool = False,
 
 def _unanswerable(paths: DataPaths) -> dict[str, int]:
     """Per split, scenarios naming an email the database does not have (filtered out, or another corpus)."""
-    from trainer.agent.email_db import EmailDB
-    from trainer.agent.scenarios import read_scenario_file
-
     counts: dict[str, int] = {}
     try:
         with EmailDB(paths.db) as db:
@@ -225,7 +224,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def make_model_folder(args: argparse.Namespace) -> list[str]:
     """``make-model``: the folder, and one line saying what it holds."""
-    from trainer.staging.model_maker import corpus, make_model
+    from trainer.staging.model_maker import corpus, make_model  # numpy and tokenizers: make-model's alone
 
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
     made = make_model(args.out, corpus(data_paths(data_dir).db), args.size, args.seed)
@@ -237,9 +236,6 @@ def make_model_folder(args: argparse.Namespace) -> list[str]:
 
 def stage_models(args: argparse.Namespace) -> list[str]:
     """``stage-model``: the repositories of the config's base model, into the jobs' HF cache."""
-    from trainer.training.config import load_config
-    from trainer.staging.model_cache import Repo, hub_cache, required_repos, stage
-
     base_model = args.base_model or load_config(args.config).base_model
     hf_home = args.hf_home or cluster_setting("HF_HOME", "--hf_home")
     env = {**os.environ, **({"HF_HOME": str(hf_home)} if hf_home else {})}
@@ -254,7 +250,7 @@ def stage_models(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from trainer.staging.model_maker import ModelMakerError
+    from trainer.staging.model_maker import ModelMakerError  # numpy and tokenizers: make-model's alone
 
     commands = {"stage-model": stage_models, "make-model": make_model_folder, "prepare": prepare_data}
     try:

@@ -91,7 +91,7 @@ def _hub_parts(source: Source) -> list[Part]:
 
 def _import_datasets() -> Any:
     try:
-        import datasets
+        import datasets  # seconds to import: only for a Hugging Face id
     except ImportError:
         raise SourceError("reading a Hugging Face dataset id needs the `datasets` package "
                           "(bash setup.sh installs it); or pass a local copy") from None
@@ -130,7 +130,7 @@ def _saved_dataset_part(folder: Path, split: str | None) -> Part:
     files = [folder / entry["filename"] for entry in state.get("_data_files", [])]
     if not files or not all(f.is_file() for f in files):
         raise SourceError(f"source {folder}: state.json lists missing Arrow files; save the dataset again")
-    import pyarrow as pa
+    import pyarrow as pa  # only for a local copy's files
 
     with pa.OSFile(str(files[0])) as handle:
         columns = tuple(pa.ipc.open_stream(handle).schema.names)
@@ -145,7 +145,7 @@ def _json_file(path: Path) -> dict[str, Any]:
 
 
 def _arrow_rows(files: list[Path]) -> Iterator[dict[str, Any]]:
-    import pyarrow as pa
+    import pyarrow as pa  # only for a local copy's files
 
     for path in files:
         with pa.OSFile(str(path)) as handle:
@@ -175,7 +175,7 @@ def _split_of(file: Path, root: Path) -> str | None:
 
 def _file_part(path: Path, split: str | None) -> Part:
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # only for a local copy's files
 
         try:
             meta = pq.ParquetFile(path)
@@ -186,7 +186,7 @@ def _file_part(path: Path, split: str | None) -> Part:
 
 
 def _parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # only for a local copy's files
 
     for batch in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS):
         yield from _table_rows(batch)
