@@ -53,7 +53,7 @@ def test_every_forwarding_module_is_a_command_or_in_the_one_list_of_old_job_path
 
 
 def test_the_old_job_paths_are_gone_by_the_release_that_removes_them() -> None:
-    version = re.search(r'^version = "([0-9.]+)"', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    version = re.search(r'^version = "([0-9.]+)"', (REPO / "pyproject.toml").read_text(), re.MULTILINE).group(1)
     if tuple(map(int, version.split("."))) >= tuple(map(int, REMOVED_IN.split("."))):
         left = [old for old in OLD_JOB_PATHS if (REPO / (old.replace(".", "/") + ".py")).exists()]
         assert not left, f"release {version} removes {left} (hpc/forwarding.py's OLD_JOB_PATHS)"

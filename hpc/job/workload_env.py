@@ -47,7 +47,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("HPC_JOB_SCRIPT", "every job", "job_env", "the job script itself"),
     Variable("HPC_NO_INTERNET", "every job", "job_env",
              "1 where compute nodes have no internet, else 0 (the trainer then logs W&B offline)"),
-    Variable("HPC_SIGNAL_GRACE", "every job", "_job_control.sh.j2",
+    Variable("HPC_SIGNAL_GRACE", "every job but a pack's own script", "_job_control.sh.j2",
              "the job's --signal_grace: the stop-at-boundary rule's deadline (hpc/job/deadline.py)"),
     Variable("HF_HUB_OFFLINE", "no internet", "offline_env", "1: Hugging Face loads from its cache only"),
     Variable("WANDB_MODE", "no internet", "offline_env", "offline: W&B writes offline runs (wandb sync later)"),
@@ -59,7 +59,7 @@ VARIABLES: tuple[Variable, ...] = (
              "this node and the job's nodes stay direct (vLLM, Ray)"),
     Variable("DISABLE_AIOHTTP_TRANSPORT", "no internet, through the tunnel", "_offline_network.sh.j2",
              "True: litellm uses httpx, which can use a SOCKS proxy"),
-    Variable("HPC_NOTIFY_PROXY", "every job", "_watch.sh.j2",
+    Variable("HPC_NOTIFY_PROXY", "every job but a pack's own script", "_watch.sh.j2",
              "the workload's ALL_PROXY (empty without one), for hpc/job/notify.py only"),
     Variable("RAY_ADDRESS", "multi-node", "_ray_cluster.sh.j2", "the job's Ray head, <ip>:<port>"),
     Variable("RAY_AUTH_MODE", "multi-node", "_ray_cluster.sh.j2", "token: only holders of the token use the cluster"),
@@ -83,7 +83,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("JUDGE_API_BASE", "a judge in the cluster", "dotenv, --judge_serve",
              "an OpenAI-compatible judge (one served in the job: hpc/launcher/judge_serve.py)"),
     # Secrets: only in the run's 0600 secrets.env, sourced at run time (never in the script).
-    Variable("JUDGE_API_KEY", "a judge that needs a key", "secrets.env", "the judge's key (or the provider's own *_API_KEY)"),
+    Variable("JUDGE_API_KEY", "a judge that needs a key", "secrets.env",
+             "the judge's key (or the provider's own *_API_KEY)"),
     Variable("WANDB_API_KEY", "runs that log to W&B", "secrets.env", "W&B's key: the trainer logs there when set"),
     Variable("HPC_WEBHOOK_URL", "runs with a webhook", "secrets.env", "told when the run is done, failed or stalls"),
 )

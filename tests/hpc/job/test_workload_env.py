@@ -32,9 +32,9 @@ def given_names(script: str) -> set[str]:
     for line in script.splitlines():
         words = shlex.split(line, comments=True) if line.strip().startswith("export ") else []
         names |= {word.split("=", 1)[0] for word in words[1:]}
-    for block in re.findall(r"HPC_WORKLOAD_ENV\+=\((.*?)\n\)", script, re.S):
+    for block in re.findall(r"HPC_WORKLOAD_ENV\+=\((.*?)\n\)", script, re.DOTALL):
         names |= set(re.findall(r'"([A-Z_]+)=', block))
-    for command in re.findall(r'env "\$\{HPC_WORKLOAD_ENV\[@\]\}" (.*?)python', script, re.S):
+    for command in re.findall(r'env "\$\{HPC_WORKLOAD_ENV\[@\]\}" (.*?)python', script, re.DOTALL):
         names |= set(re.findall(r"([A-Z_]+)=", command))
     return names
 
