@@ -1,7 +1,7 @@
 """Where the run's files are, and the environment the libraries read when they are imported.
 
 ``resolve_paths`` reads what the job gives the workload (``HPC_RUN_DIR``, ``ART_PATH``,
-``DATA_DIR``), with the defaults of a run by hand;
+``DATA_DIR``: hpc/job/workload_env.py), with the defaults of a run by hand;
 ``configure_environment`` sets what must be set before ``import art``.
 """
 

@@ -33,7 +33,7 @@ configuration error it cannot outgrow: bad config, missing data or backend, a pe
 preflight failure (one line on stderr; job control gives the run up at once), 69 a transient
 preflight failure (retried), anything else a failure.
 
-Environment (set by the job; when run by hand the defaults apply,
+Environment (set by the job, hpc/job/workload_env.py; when run by hand the defaults apply,
 ``environment``): ``HPC_RUN_DIR`` (default ``<repo>/runs/<config>``), ``ART_PATH`` (default
 ``<run dir>/art``), ``DATA_DIR`` (default ``<repo>/data``), ``JUDGE_MODEL``, ``JUDGE_API_BASE``,
 ``WANDB_API_KEY`` (W&B logging when set), and ``HPC_NO_INTERNET=1`` (W&B offline, Hugging Face
