@@ -57,7 +57,8 @@ from trainer.training.config import ConfigError, TrainerConfig, known_configs, l
 from trainer.training.environment import Paths, check_job_model_dir, configure_environment, resolve_paths
 from trainer.training.exits import EXIT_SETUP_ERROR, EXIT_STEP_FAILED, BackendDidNotStart, SetupError, StepFailed
 from trainer.training.loop import train
-from trainer.training.preflight import Targets, run_job
+from trainer.training.preflight import run_job
+from trainer.training.preflight_checks import Targets
 from trainer.training.stop_request import StopRequest
 from trainer.training.training_step import TrainedNothing
 
