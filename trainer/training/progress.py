@@ -1,5 +1,5 @@
 """What each step reports: its statistics (reward, accuracy, judge failures, spread), the run's
-step count, and ``progress.json`` with the ETA.
+step count, ``progress.json`` with the ETA, and the step's line of ``steps.jsonl``.
 """
 
 from __future__ import annotations
