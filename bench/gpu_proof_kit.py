@@ -167,7 +167,7 @@ class Work:
 
     @property
     def model_dir(self) -> Path:
-        return art_model_dir(self.art, "email_agent", self.run_name)  # the smoke config's project
+        return art_model_dir(self.art, "email_agent", self.run_name)  # the project of smoke and agent_008
 
     def env(self, **extra: str) -> dict[str, str]:
         """What a job on this machine's cluster gives its workload (hpc/job/workload_env.py), with the
