@@ -29,7 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from hpc.job.workload_env import Job, job_env, run_slot_env  # noqa: E402
 from hpc.run.checkpoints import list_checkpoints  # noqa: E402
+from hpc.run.checkpoints import model_dir as art_model_dir  # noqa: E402
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir  # noqa: E402
 from tests.doubles.openai_server import Reply, text  # noqa: E402
 
@@ -165,15 +167,20 @@ class Work:
 
     @property
     def model_dir(self) -> Path:
-        return self.art / "email_agent" / "models" / self.run_name
+        return art_model_dir(self.art, "email_agent", self.run_name)  # the project of smoke and agent_008
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {**os.environ, "HPC_RUN_DIR": str(self.run.path), "ART_PATH": str(self.art), "DATA_DIR": str(self.data),
-               "HPC_MODEL_DIR": str(self.model_dir), "JUDGE_API_BASE": self.judge_url, "JUDGE_MODEL": self.judge_model,
-               "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-               "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
-        if self.devices:
-            env["CUDA_VISIBLE_DEVICES"] = self.devices
+        """What a job on this machine's cluster gives its workload (hpc/job/workload_env.py), with the
+        proof's own settings where a job has the dotenv's (its folders, its judge, offline)."""
+        from hpc.launcher.clusters import load_registry  # lazily, as dotenv_setting below
+
+        cluster = load_registry().detect().cluster
+        job = job_env(Job(run_dir=self.run.path, model_dir=self.model_dir, cluster=cluster.name,
+                          internet=cluster.internet))
+        env = {**os.environ, **job, "ART_PATH": str(self.art), "DATA_DIR": str(self.data),
+               "JUDGE_API_BASE": self.judge_url, "JUDGE_MODEL": self.judge_model, "HF_HUB_OFFLINE": "1",
+               "WANDB_MODE": "disabled", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": str(REPO), **(run_slot_env(self.devices) if self.devices else {})}
         env.setdefault("ART_VLLM_RUNTIME_CACHE_DIR", dotenv_setting("ART_VLLM_RUNTIME_CACHE_DIR"))
         return {**env, **extra}
 

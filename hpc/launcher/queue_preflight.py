@@ -24,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from hpc.job import workload_env
 from hpc.launcher.jobspec import DEFAULT_ENTRYPOINT, REPO_DIR, JobSpec
 
 TIMEOUT = 300  # seconds for the whole check (the judge's own timeout is the config's preflight_timeout)
@@ -59,10 +60,10 @@ def applies(spec: JobSpec) -> bool:
 
 def job_env(spec: JobSpec) -> dict[str, str]:
     """The job's environment as the preflight needs it: the merged dotenv (secrets included: the
-    judge's key is checked, never printed) and what the job script adds (run, model folder, internet)."""
+    judge's key is checked, never printed) and what every job script adds (hpc/job/workload_env.py:
+    the run, its model folder, internet or not)."""
     served = getattr(spec, "judge", None)  # --judge_serve: a judge only the job can ask
-    return {**os.environ, **spec.env.values, "HPC_RUN_DIR": str(spec.run_dir.path),
-            "HPC_MODEL_DIR": str(spec.model_dir), "HPC_NO_INTERNET": "0" if spec.cluster.internet else "1",
+    return {**os.environ, **spec.env.values, **workload_env.job_env(spec.workload_job()),
             "LITELLM_LOCAL_MODEL_COST_MAP": "True", **({"HPC_JUDGE_SERVED": served.model} if served else {})}
 
 

@@ -36,9 +36,16 @@ from typing import TYPE_CHECKING, Any
 
 from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints
 from hpc.run.rundir import RunDir, read_json, utc_now, write_json_atomic, write_jsonl_atomic
+from trainer.agent.email_db import EmailDB
+from trainer.agent.judge import Judge
+from trainer.agent.rollout import AgentConfig
+from trainer.agent.scenarios import load_scenarios
+from trainer.evaluation.engine import evaluate, records, split_key, summarize
+from trainer.serving.policy import PolicyError, PolicySpec, base_model_for, open_policy, parse_policy, served_name
+from trainer.serving.vllm_server import ServerError, ServerSpec, VLLMServer, free_port
+from trainer.staging.data import REPO, cluster_setting, default_data_dir
+from trainer.staging.sources import SourceError
 from trainer.training.config import ConfigError, TrainerConfig, load_config
-from trainer.evaluation.engine import split_key
-from trainer.serving.policy import PolicyError, PolicySpec, open_policy, parse_policy
 
 if TYPE_CHECKING:
     from trainer.agent.scenarios import Scenario
@@ -128,10 +135,6 @@ def expand(plan: EvalPlan) -> list[tuple[PolicySpec, Path | None]]:
 
 async def evaluate_one(plan: EvalPlan, spec: PolicySpec, scenarios: list["Scenario"], key: str,
                        policy: Any, judge: Any) -> dict[str, Any]:
-    from trainer.agent.email_db import EmailDB
-    from trainer.evaluation.engine import evaluate, records, summarize
-    from trainer.agent.rollout import AgentConfig
-
     config = plan.config
     agent = AgentConfig(max_turns=config.max_turns, max_tokens=config.max_tokens,
                         tool_calling=config.tool_calling, temperature=config.temperature)
@@ -149,9 +152,6 @@ async def evaluate_one(plan: EvalPlan, spec: PolicySpec, scenarios: list["Scenar
 
 
 async def run_plan(plan: EvalPlan) -> list[dict[str, Any]]:
-    from trainer.agent.judge import Judge
-    from trainer.agent.scenarios import load_scenarios
-
     scenarios = load_scenarios(plan.data_dir, plan.split, limit=plan.limit or plan.config.val_set_size,
                                max_messages=plan.config.max_messages, shuffle=False)
     if not scenarios:
@@ -178,9 +178,6 @@ async def run_plan(plan: EvalPlan) -> list[dict[str, Any]]:
 async def evaluate_served(plan: EvalPlan, served: list[tuple[PolicySpec, Path | None]],
                           scenarios: list["Scenario"], key: str, judge: Any) -> list[dict[str, Any]]:
     """Checkpoints and the base model: one vLLM server on this node with every adapter."""
-    from trainer.serving.policy import base_model_for, served_name
-    from trainer.serving.vllm_server import ServerSpec, VLLMServer, free_port
-
     adapters = {served_name(spec): path for spec, path in served if path is not None}
     spec = ServerSpec(base_model_for(plan.config.base_model, list(adapters.values())), adapters, port=free_port(),
                       max_model_len=plan.config.max_seq_length, fast_start=plan.config.vllm_fast_start)
@@ -255,14 +252,11 @@ def default_runs_dir() -> Path:
     """In a job, the runs directory its run lives in; else RUNS_DIR as the launcher finds it."""
     if os.environ.get("HPC_RUN_DIR"):
         return Path(os.environ["HPC_RUN_DIR"]).parent
-    from trainer.staging.data import REPO, cluster_setting
 
     return Path(cluster_setting("RUNS_DIR") or REPO / "runs")
 
 
 def data_dir() -> Path:
-    from trainer.staging.data import default_data_dir
-
     return default_data_dir()
 
 
@@ -278,9 +272,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trainer.eval: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as error:  # noqa: BLE001 - e.g. the data or vLLM: one line, the log has the rest
-        from trainer.staging.data import SourceError
-        from trainer.serving.vllm_server import ServerError
-
         if not isinstance(error, (SourceError, ServerError, OSError)):
             raise
         print(f"trainer.eval: error: {error}", file=sys.stderr)

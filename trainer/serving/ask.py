@@ -21,6 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hpc.run.rundir import RunDir
+from hpc.run.serving import address_of
+from trainer.agent.email_db import EmailDB
+from trainer.evaluation.eval import default_runs_dir
+from trainer.serving.policy import open_policy, parse_policy
+from trainer.serving.serve import Agent, answer_of, request_problem
+from trainer.staging.data import default_data_dir
+from trainer.training.config import load_config
+
 EXIT_BAD_INPUT, EXIT_FAILED = 2, 1
 
 
@@ -32,10 +41,6 @@ class AskError(Exception):
 
 def service_of(run: str) -> tuple[str, str | None]:
     """The URL and token of a serve job's run directory (serve/address.json, serve/token)."""
-    from hpc.run.rundir import RunDir
-    from hpc.run.serving import address_of
-    from trainer.evaluation.eval import default_runs_dir
-
     served = RunDir(Path(run) if "/" in run else default_runs_dir() / run)
     folder, address = served.serve_dir, address_of(served)
     if address is None:
@@ -46,7 +51,7 @@ def service_of(run: str) -> tuple[str, str | None]:
 
 
 def ask_service(url: str, token: str | None, body: dict[str, Any]) -> dict[str, Any]:
-    import httpx
+    import httpx  # only when a service is asked
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
@@ -62,12 +67,6 @@ def ask_service(url: str, token: str | None, body: dict[str, Any]) -> dict[str, 
 
 def ask_model(model: str, config_name: str, body: dict[str, Any]) -> dict[str, Any]:
     """No service: the serving agent's loop once, in this process."""
-    from trainer.training.config import load_config
-    from trainer.staging.data import default_data_dir
-    from trainer.agent.email_db import EmailDB
-    from trainer.serving.policy import open_policy, parse_policy
-    from trainer.serving.serve import Agent, answer_of, request_problem
-
     config = load_config(config_name)
     with EmailDB(default_data_dir() / "enron_emails.db") as db:
         problem = request_problem(body["inbox"], body["query_date"], db)

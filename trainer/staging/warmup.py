@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import shutil
 import sys
@@ -29,9 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainer.agent.email_db import EmailDB
 from trainer.agent.reward import Rubric
 from trainer.agent.rollout import AgentConfig, system_prompt
+from trainer.agent.scenarios import load_scenarios
 from trainer.agent.tools import READ_EMAIL, RETURN_FINAL_ANSWER, SEARCH_EMAILS, TOOL_SCHEMAS, EmailTools
+from trainer.staging.data import data_paths, default_data_dir
 
 if TYPE_CHECKING:
     from trainer.agent.email_db import EmailDB
@@ -148,7 +152,6 @@ class WarmupReport:
 
 
 def batches(examples: list[Example], size: int, steps: int, seed: int):  # -> Iterator[list[Example]]
-    import random
 
     rng = random.Random(seed)
     for _ in range(steps):
@@ -156,7 +159,7 @@ def batches(examples: list[Example], size: int, steps: int, seed: int):  # -> It
 
 
 def collate(batch: list[Example], pad_id: int, device: str):  # -> dict of tensors
-    import torch
+    import torch  # torch only in the warm-up's steps, not at --help
 
     width = max(len(example.input_ids) for example in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
@@ -170,7 +173,7 @@ def collate(batch: list[Example], pad_id: int, device: str):  # -> dict of tenso
 
 def train(model: Any, examples: list[Example], pad_id: int, *, steps: int, batch_size: int, learning_rate: float,
           seed: int, device: str, say=print) -> list[float]:
-    import torch
+    import torch  # torch only in the warm-up's steps, not at --help
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     model.train()
@@ -189,7 +192,7 @@ def train(model: Any, examples: list[Example], pad_id: int, *, steps: int, batch
 
 def tool_call_rate(model: Any, tokenizer: Any, conversations: list[list[dict[str, Any]]], device: str) -> float:
     """The share of first turns, generated greedily after the system and user messages, that parse as a tool call."""
-    import torch
+    import torch  # torch only in the warm-up's steps, not at --help
 
     model.eval()
     parsed = 0
@@ -217,12 +220,9 @@ def save(model: Any, base: Path, out: Path, report: WarmupReport) -> None:
 def warm_up(base: Path, out: Path, data_dir: Path, *, steps: int, batch_size: int, learning_rate: float,
             max_turns: int, seed: int = 0, check: int = 16, say=print) -> WarmupReport:
     """Warm ``base`` up into ``out``; ``check`` conversations' first turns are generated after it."""
-    import torch
+    import torch  # torch only in the warm-up's steps, not at --help
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer.staging.data import data_paths
-    from trainer.agent.email_db import EmailDB
-    from trainer.agent.scenarios import load_scenarios
 
     with EmailDB(data_paths(data_dir).db) as db:
         conversations = scripted_conversations(load_scenarios(data_dir, "train", limit=None), db,
@@ -256,7 +256,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning_rate", type=float, default=1e-3)
     parser.add_argument("--max_turns", type=int, default=10, help="as the RL run's config (the system prompt says it)")
     args = parser.parse_args(argv)
-    from trainer.staging.data import default_data_dir
 
     try:
         if args.steps < 1 or args.batch_size < 1:
