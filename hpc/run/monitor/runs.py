@@ -45,9 +45,12 @@ def pick_job(job_ids: list[str], active: dict[str, str]) -> str:
     return (running or job_ids or [""])[-1]
 
 
-def checkpoint_text(records: list[dict]) -> str:
-    """Latest complete checkpoint step (where the next job resumes), via hpc.run.checkpoints."""
-    folder = model_dir_of(records)
+def checkpoint_text(records: list[dict], run_dir: Optional[RunDir] = None) -> str:
+    """Latest complete checkpoint step (where the next job resumes), via hpc.run.checkpoints: in
+    the jobs' model dir, else in the one the run claimed (model.json: a trainer.train started by
+    hand or by a bench, with no job script)."""
+    claimed = (run_dir.read_model_record() or {}).get("model_dir") if run_dir else None
+    folder = model_dir_of(records) or (Path(claimed) if isinstance(claimed, str) and claimed else None)
     latest = latest_complete(folder) if folder else None
     return "-" if latest is None else str(latest.step)
 
@@ -126,7 +129,7 @@ def run_row(run_dir: RunDir, job: str, state: str, records: list[dict],
     reward_text = f"{reward:.3f}" if isinstance(reward, (int, float)) and not isinstance(reward, bool) else "-"
     over = done or failed or result.startswith(("cancelled", "PARKED"))
     eta = "-" if over else duration(progress.get("eta_seconds"))
-    return [run_dir.name, job or "-", state or "-", step_text, checkpoint_text(records), reward_text,
+    return [run_dir.name, job or "-", state or "-", step_text, checkpoint_text(records, run_dir), reward_text,
             validation_text(run_dir), eta, gpu_hours_text(account), continuations(records), result]
 
 
