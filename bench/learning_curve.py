@@ -60,12 +60,14 @@ SEEDS = (1, 2)  # fixed before any run: never picked after the fact
 CONTROL = "control"
 DATA_SEED = 0
 TRAIN_INBOXES, HELDOUT_INBOXES = 600, 100
-WARMUP = {"steps": 800, "batch_size": 16, "learning_rate": 2e-3}
+WARMUP = {"batch_size": 16, "learning_rate": 2e-3}
+WARMUP_STEPS = 800  # --warmup_steps: 12,800 draws from 7,200 distinct conversations
 RESULTS = REPO / "docs" / "results"
 # Planning figures, from the GPU proof on an H100 (docs/training.md): seconds
-ESTIMATE = {"data": 15, "model": 60, "scripted": 5, "register": 150, "validation": 20,
+ESTIMATE = {"data": 15, "model": 120, "scripted": 5, "register": 150, "validation": 30,
             "step_shared": 27.0, "step_dedicated": 6.0, "collect": 10}
 SIGNAL_WAIT = 120  # after the deadline: SIGUSR1, then this long for the step being trained to be saved
+BOUNDARY_MARGIN = 30  # the config's boundary_margin_seconds: the trainer's last step ends this long before
 
 
 @dataclass(frozen=True)
@@ -106,13 +108,13 @@ def config_values() -> dict:
     return load_config(CONFIG).__dict__
 
 
-def plan_lines(gpus: list[str], minutes: float) -> list[str]:
+def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS) -> list[str]:
     """What the bench will do and how long each part is expected to take (``plan``, and the log's head)."""
     config = config_values()
     mode = gpu_mode(gpus)
     step = ESTIMATE["step_shared" if mode == "shared" else "step_dedicated"]
     before = ESTIMATE["data"] + ESTIMATE["model"] + ESTIMATE["scripted"] + ESTIMATE["register"]
-    budget = minutes * 60 - before - ESTIMATE["collect"]
+    budget = minutes * 60 - ESTIMATE["collect"] - SIGNAL_WAIT - BOUNDARY_MARGIN - before  # as run_all's deadline
     per_block = config["eval_steps"] * step + ESTIMATE["validation"]
     total = config["training_dataset_size"] // config["groups_per_step"] * config["num_epochs"]
     blocks = max(0, int((budget - ESTIMATE["validation"]) // per_block))
@@ -122,7 +124,7 @@ def plan_lines(gpus: list[str], minutes: float) -> list[str]:
         f"plan: {len(gpus)} GPU(s) ({','.join(gpus)}), gpu_mode {mode}, budget {minutes:g} min",
         f"  data      make-inboxes ({TRAIN_INBOXES} train, {HELDOUT_INBOXES} held-out inboxes, seed {DATA_SEED}) "
         f"+ prepare: ~{ESTIMATE['data']} s",
-        f"  model     make-model --size inbox, warm-up {WARMUP['steps']} steps of {WARMUP['batch_size']} "
+        f"  model     make-model --size inbox, warm-up {warmup_steps} steps of {WARMUP['batch_size']} "
         f"(lr {WARMUP['learning_rate']:g}, 25% good searches): ~{ESTIMATE['model']} s",
         f"  scripted  the warm-up's policy on the {config['val_set_size']} validation questions: ~{ESTIMATE['scripted']} s",
         "  runs      " + "; ".join(f"{r.name} (seed {r.seed}{', lr 0' if r.learning_rate == 0 else ''}, "
@@ -160,13 +162,14 @@ def make_data(work: Work) -> list[str]:
                                                                                 "scenarios:"))]
 
 
-def make_model(work: Work) -> list[str]:
+def make_model(work: Work, warmup_steps: int = WARMUP_STEPS) -> list[str]:
     random = work.root / "model-random"
     made = command(work, "make-model", ["-m", "trainer.data", "make-model", str(random), "--size", "inbox",
                                         "--data_dir", str(work.data)])
     warmed = command(work, "warmup", [
         "-m", "trainer.warmup", str(random), str(work.model), "--data_dir", str(work.data), "--policy", "inbox-mix",
-        "--max_turns", str(config_values()["max_turns"]), *(f"--{k}={v}" for k, v in WARMUP.items())], timeout=1800)
+        "--max_turns", str(config_values()["max_turns"]), f"--steps={warmup_steps}",
+        *(f"--{k}={v}" for k, v in WARMUP.items())], timeout=1800)
     return [line for line in (made + warmed).splitlines() if line.startswith(("model:", "warmup done", "warmup:"))]
 
 
@@ -298,6 +301,12 @@ def minutes(text: str) -> float:
     return value
 
 
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"invalid --warmup_steps {text!r}: accepted an integer >= 1")
+    return int(text)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("plan", "start", "run", "status", "collect", "plot"))
@@ -310,6 +319,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"also write the JSON and picture here (run/collect; default {RESULTS.relative_to(REPO)} "
                              "for run, none for collect)")
     parser.add_argument("--png", type=Path, default=None, help="plot: the picture to write (default: beside the JSON)")
+    parser.add_argument("--warmup_steps", type=positive, default=WARMUP_STEPS,
+                        help=f"the warm-up's steps of {WARMUP['batch_size']} conversations (default {WARMUP_STEPS})")
     args = parser.parse_args(argv)
     if args.command == "plot" and args.json is None:
         parser.error("plot needs the JSON to draw: bench/learning_curve.py plot docs/results/learning_curve.json")
@@ -326,11 +337,12 @@ def run_all(args: argparse.Namespace) -> int:
     began = time.time()
     deadline = began + args.minutes * 60 - ESTIMATE["collect"] - SIGNAL_WAIT
     args.work.mkdir(parents=True, exist_ok=True)
-    for line in plan_lines(args.gpus, args.minutes):
+    for line in plan_lines(args.gpus, args.minutes, args.warmup_steps):
         say(line)
     with OpenAIServer(string_match_verdict) as judge:
         work = Work(args.work, judge.base_url)
-        for name, function in (("data", make_data), ("model", make_model), ("scripted", scripted)):
+        for name, function in (("data", make_data), ("model", lambda w: make_model(w, args.warmup_steps)),
+                               ("scripted", scripted)):
             stage(work, name)
             for line in function(work):
                 say(f"  {line}")
@@ -371,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in lines:
             say(line)
         return 0 if met else 1
-    commands = {"plan": lambda: plan_lines(args.gpus, args.minutes), "status": lambda: status_lines(work, args.gpus)}
+    commands = {"plan": lambda: plan_lines(args.gpus, args.minutes, args.warmup_steps),
+                "status": lambda: status_lines(work, args.gpus)}
     if args.command in commands:
         for line in commands[args.command]():
             say(line)
