@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hpc.run.rundir import RunDir, read_jsonl
 
@@ -87,26 +87,28 @@ def rise(points: list[dict[str, int]]) -> float | None:
 
 
 def seed_verdict(run: dict[str, Any]) -> Verdict:
-    points = run["heldout"]
-    gain = rise(points)
-    name = f"seed {run['seed']} rises >= {RISE_TARGET:.0%} with 95% intervals apart"
-    if gain is None:
-        return Verdict(name, False, f"{len(points)} validation(s): no first and last point")
-    first, last = wilson(points[0]["correct"], points[0]["n"]), wilson(points[-1]["correct"], points[-1]["n"])
-    apart = first[1] < last[0]
-    return Verdict(name, gain >= RISE_TARGET - 1e-9 and apart,  # 60/100 - 40/100 is 0.19999999999999996
-                   f"step {points[0]['step']} {describe(points[0])} -> step {points[-1]['step']} {describe(points[-1])}: "
-                   f"{gain:+.1%}, intervals {'apart' if apart else 'overlap'}")
+    def check(gain: float, points: list[dict[str, int]]) -> tuple[bool, str]:
+        apart = wilson(points[0]["correct"], points[0]["n"])[1] < wilson(points[-1]["correct"], points[-1]["n"])[0]
+        # 60/100 - 40/100 is 0.19999999999999996: 20 points must count as 20
+        return gain >= RISE_TARGET - 1e-9 and apart, f", intervals {'apart' if apart else 'overlap'}"
+
+    return judged(f"seed {run['seed']} rises >= {RISE_TARGET:.0%} with 95% intervals apart", run["heldout"], check)
 
 
 def control_verdict(control: dict[str, Any]) -> Verdict:
-    points = control["heldout"]
+    return judged(f"the control (learning rate 0) rises < {CONTROL_LIMIT:.0%}", control["heldout"],
+                  lambda gain, _: (gain < CONTROL_LIMIT, ""))
+
+
+def judged(name: str, points: list[dict[str, int]],
+           check: Callable[[float, list[dict[str, int]]], tuple[bool, str]]) -> Verdict:
+    """A target on a curve's first and last points; missed when it has fewer than two."""
     gain = rise(points)
-    name = f"the control (learning rate 0) rises < {CONTROL_LIMIT:.0%}"
     if gain is None:
         return Verdict(name, False, f"{len(points)} validation(s): no first and last point")
-    return Verdict(name, gain < CONTROL_LIMIT, f"step {points[0]['step']} {describe(points[0])} -> step "
-                   f"{points[-1]['step']} {describe(points[-1])}: {gain:+.1%}")
+    met, note = check(gain, points)
+    return Verdict(name, met, f"step {points[0]['step']} {describe(points[0])} -> step {points[-1]['step']} "
+                              f"{describe(points[-1])}: {gain:+.1%}{note}")
 
 
 def describe(point: dict[str, int]) -> str:
