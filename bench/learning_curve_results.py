@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -129,6 +130,7 @@ def plot(data: dict[str, Any], path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, axis = plt.subplots(figsize=(9, 5.5), dpi=110)
     series = [(f"seed {run['seed']}", run["heldout"], color, "-", "o")
@@ -142,8 +144,10 @@ def plot(data: dict[str, Any], path: Path) -> Path:
     axis.set_ylim(0, 100)
     axis.grid(alpha=0.3)
     axis.legend(loc="upper left", fontsize=9)
-    axis.set_title(f"Held-out accuracy against training step, 95% Wilson intervals\n{data['device']}; {data['model']}",
-                   fontsize=10)
+    axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    title = [f"Held-out accuracy against training step (95% Wilson intervals), {data['date']}", data["device"],
+             *textwrap.wrap(data["model"], 110)]
+    axis.set_title("\n".join(title), fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
