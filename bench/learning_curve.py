@@ -61,10 +61,10 @@ CONTROL = "control"
 DATA_SEED = 0
 TRAIN_INBOXES, HELDOUT_INBOXES = 600, 100
 WARMUP = {"batch_size": 16, "learning_rate": 2e-3}
-WARMUP_STEPS = 1500  # --warmup_steps: 24,000 draws from 7,200 distinct conversations
+WARMUP_STEPS = 2000  # --warmup_steps: 32,000 draws from 7,200 distinct conversations
 RESULTS = REPO / "docs" / "results"
 # Planning figures, from the GPU proof on an H100 (docs/training.md): seconds
-ESTIMATE = {"data": 15, "model": 150, "scripted": 5, "register": 150, "validation": 30,
+ESTIMATE = {"data": 15, "model": 180, "scripted": 5, "register": 150, "validation": 30,
             "step_shared": 27.0, "step_dedicated": 6.0, "collect": 10}
 SIGNAL_WAIT = 120  # after the deadline: SIGUSR1, then this long for the step being trained to be saved
 BOUNDARY_MARGIN = 30  # the config's boundary_margin_seconds: the trainer's last step ends this long before
