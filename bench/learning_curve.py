@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.gpu_proof_kit import (  # noqa: E402
     PYTHON, REPO, Process, ProofFailed, Work, command, last_lines, node_gpus, run_together, say,
     string_match_verdict, trained_steps)
+from bench.gpu_proof import positive  # noqa: E402
 from bench.learning_curve_results import plot, redraw, results, verdicts, write_json  # noqa: E402
 from hpc.run.rundir import RunDir, read_jsonl  # noqa: E402
 
@@ -299,12 +300,6 @@ def minutes(text: str) -> float:
     if not 5 <= value <= 120:
         raise argparse.ArgumentTypeError(f"invalid --minutes {text!r}: accepted 5 to 120")
     return value
-
-
-def positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"invalid --warmup_steps {text!r}: accepted an integer >= 1")
-    return int(text)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
