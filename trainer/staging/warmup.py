@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer.agent.reward import Rubric
-from trainer.agent.rollout import AgentConfig, system_prompt
+from trainer.agent.rollout import AgentConfig
 from trainer.agent.tools import READ_EMAIL, RETURN_FINAL_ANSWER, SEARCH_EMAILS, TOOL_SCHEMAS, EmailTools
+from trainer.staging.scripted_moves import opening, play
 
 if TYPE_CHECKING:
     from trainer.agent.email_db import EmailDB
     from trainer.agent.scenarios import Scenario
-    from trainer.agent.tools import ToolOutcome
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
                    "generation_config.json")
@@ -60,11 +60,6 @@ def keywords(question: str, email_text: str, limit: int = KEYWORDS_PER_SEARCH) -
     return found[:limit]
 
 
-def tool_call(number: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {"id": f"call_{number}", "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
-
-
 def scripted_conversation(scenario: "Scenario", db: "EmailDB", agent: AgentConfig) -> list[dict[str, Any]] | None:
     """A good agent's conversation on ``scenario`` through the real tools, or None when the
     answer's email is missing or no word of the question finds it."""
@@ -81,23 +76,6 @@ def scripted_conversation(scenario: "Scenario", db: "EmailDB", agent: AgentConfi
         if play(messages, tools, name, arguments).format_error:
             return None
     return messages if email.message_id in messages[3]["content"] else None
-
-
-def opening(scenario: "Scenario", agent: AgentConfig) -> list[dict[str, Any]]:
-    """A conversation's first two turns, as the rollout starts it (the real system prompt)."""
-    return [{"role": "system", "content": system_prompt(scenario, agent)}, {"role": "user", "content": scenario.question}]
-
-
-def play(messages: list[dict[str, Any]], tools: EmailTools, name: str, arguments: dict[str, Any]) -> "ToolOutcome":
-    """One scripted move through the real tools: the assistant's tool call, then its result (none
-    after the final answer), appended to ``messages``; the tool's outcome."""
-    call = tool_call(sum(m["role"] == "assistant" for m in messages) + 1, name, arguments)
-    outcome = tools.call(name, arguments)
-    if not outcome.format_error:
-        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        if outcome.final_answer is None:
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": outcome.content})
-    return outcome
 
 
 def scripted_conversations(scenarios: list["Scenario"], db: "EmailDB", agent: AgentConfig) -> list[list[dict[str, Any]]]:
