@@ -7,6 +7,7 @@ it) before any job runs::
     python -m trainer.data prepare [--data_dir D] [--emails SRC] [--questions SRC] [--force]
     python -m trainer.data stage-model [--config agent_008] [--base_model ID] [--hf_home DIR]
     python -m trainer.data make-model DIR [--size NAME] [--data_dir D]   # trainer/staging/model_maker.py, model_sizes.yaml
+    python -m trainer.data make-inboxes DIR [--seed S]   # synthetic inboxes to prepare (trainer/staging/synthetic_inbox.py)
 
 A source (SRC) is a Hugging Face dataset id, or a local copy of one:
 
@@ -219,6 +220,16 @@ def _parser() -> argparse.ArgumentParser:
     make_cmd.add_argument("--data_dir", type=Path, default=None,
                           help="the staged data whose emails train the tokenizer (default: $DATA_DIR, else <repo>/data)")
     make_cmd.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    inbox_cmd = commands.add_parser(
+        "make-inboxes", help="write synthetic inboxes and questions (emails.jsonl, questions.jsonl) for prepare",
+        description="Write a task a made model can learn: inboxes whose questions are answered by one email each "
+                    "(a random 5-digit number), split by inbox into train and test "
+                    "(trainer/staging/synthetic_inbox.py). Stage them with prepare --emails DIR/emails.jsonl "
+                    "--questions DIR/questions.jsonl.")
+    inbox_cmd.add_argument("out", type=Path, metavar="DIR", help="the folder to write emails.jsonl and questions.jsonl in")
+    inbox_cmd.add_argument("--seed", type=int, default=0, help="the generator's seed (default 0)")
+    inbox_cmd.add_argument("--train_inboxes", type=int, default=600, help="inboxes of the train split (default 600)")
+    inbox_cmd.add_argument("--heldout_inboxes", type=int, default=60, help="inboxes of the test split (default 60)")
     return parser
 
 
@@ -232,6 +243,20 @@ def make_model_folder(args: argparse.Namespace) -> list[str]:
             f"{made.vocab_size}, {made.weight_bytes / 2**20:.1f} MiB of bf16 weights written in {made.weight_seconds:.1f} s "
             f"({made.values_from}); tokenizer of {made.tokenizer_tokens} tokens trained on {made.corpus_texts:,} texts)",
             f"use it:     --train_arg base_model={made.path}"]
+
+
+def make_inboxes(args: argparse.Namespace) -> list[str]:
+    """``make-inboxes``: the generator's files, and what they hold."""
+    from trainer.staging.synthetic_inbox import generate, leaks, write
+
+    corpus = generate(args.seed, args.train_inboxes, args.heldout_inboxes)
+    emails, questions = write(corpus, args.out)
+    counts = {split: len(corpus.split_questions(split)) for split in ("train", "test")}
+    return [f"inboxes:    {emails} ({len(corpus.emails):,} emails) and {questions} ({counts['train']:,} train, "
+            f"{counts['test']:,} test questions; seed {args.seed})",
+            f"split:      {args.train_inboxes} train and {args.heldout_inboxes} held-out inboxes; "
+            f"{len(leaks(corpus))} held-out inboxes, questions or answers in the train split",
+            f"stage them: python -m trainer.data prepare --emails {emails} --questions {questions}"]
 
 
 def stage_models(args: argparse.Namespace) -> list[str]:
@@ -252,10 +277,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from trainer.staging.model_maker import ModelMakerError  # numpy and tokenizers: make-model's alone
 
-    commands = {"stage-model": stage_models, "make-model": make_model_folder, "prepare": prepare_data}
+    from trainer.staging.synthetic_inbox import SyntheticInboxError
+
+    commands = {"stage-model": stage_models, "make-model": make_model_folder, "prepare": prepare_data,
+                "make-inboxes": make_inboxes}
     try:
         lines = commands[args.command](args)
-    except (SourceError, ConfigError, ModelMakerError) as error:
+    except (SourceError, ConfigError, ModelMakerError, SyntheticInboxError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     for line in lines:

@@ -35,7 +35,7 @@ def build_model(config: TrainerConfig, run_name: str, report_metrics: list[str])
 
     gpu_mode = "shared" if config.gpu_mode == "auto" else config.gpu_mode  # auto outside a launched job
     internal = art.dev.InternalModelConfig(
-        init_args=art.dev.InitArgs(max_seq_length=config.max_seq_length),
+        init_args=art.dev.InitArgs(max_seq_length=config.max_seq_length, load_in_4bit=config.load_in_4bit),
         engine_args=art.dev.EngineArgs(**vllm_engine_args(config, gpu_mode)),
         **gpu_placement(gpu_mode),
     )

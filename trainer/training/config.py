@@ -117,6 +117,10 @@ class TrainerConfig:
 
     # GPU memory
     gpu_memory_utilization: float | None = None  # vLLM's share of its GPU; None: VLLM_SHARE[gpu mode]
+    # Unsloth's copy of the base model, which the LoRA trains on: 4 bits (QLoRA, ART's default) or, false,
+    # bf16 as vLLM serves it. A small model's 4-bit copy gives other token probabilities than the
+    # model vLLM samples from, and PPO's ratio against vLLM's logprobs then clips what should train.
+    load_in_4bit: bool = True
     max_seq_length: int = 32768
     # shared: vLLM and training take turns on one GPU (vLLM sleeps while training: ART's
     # default); dedicated: training on the run's first GPU, vLLM on its second (ART's
@@ -156,7 +160,7 @@ CHECKS: dict[str, Check] = {
     "temperature": (lambda v: v >= 0, "a number >= 0"),
     "trajectories_per_group": _POSITIVE,
     "groups_per_step": _POSITIVE,
-    "learning_rate": (lambda v: v > 0, "a number > 0"),
+    "learning_rate": (lambda v: v >= 0, "a number >= 0 (0 trains nothing: a control run)"),
     "num_epochs": _POSITIVE,
     "training_dataset_size": (lambda v: v >= 1, "an integer >= 1, or null for all scenarios"),
     "max_messages": _POSITIVE,

@@ -121,7 +121,7 @@ def test_the_chat_template_writes_qwen25s_tool_format() -> None:
 
 
 def test_a_bad_size_or_missing_data_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(ModelMakerError, match="--size 'huge' is not a model size; accepted: tiny, small, qwen2.5-14b"):
+    with pytest.raises(ModelMakerError, match="--size 'huge' is not a model size; accepted: tiny, small, inbox, qwen2.5-14b"):
         check_size("huge")
     assert data_main(["make-model", str(tmp_path / "m"), "--data_dir", str(tmp_path / "nothing")]) == 2
     assert "no email database at" in capsys.readouterr().err

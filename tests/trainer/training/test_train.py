@@ -701,6 +701,12 @@ def test_gpu_memory_settings_reach_arts_internal_config() -> None:
         "email-agent-008", "lr_2e-5", "email_agent", "Qwen/Qwen2.5-14B-Instruct")
 
 
+def test_load_in_4bit_reaches_unsloths_init_args() -> None:
+    assert build_model(load_config("agent_008"), "r", [])._internal_config["init_args"]["load_in_4bit"] is True
+    made = build_model(load_config("learning_curve"), "r", [])
+    assert made._internal_config["init_args"]["load_in_4bit"] is False
+
+
 def test_no_internet_makes_wandb_and_hugging_face_offline(tmp_path: Path) -> None:
     env: dict[str, str] = {"HPC_NO_INTERNET": "1"}
     configure_environment(env, interactive=True, run_dir=tmp_path)

@@ -33,6 +33,19 @@ def test_the_checkpoint_column_is_the_latest_complete_checkpoint_of_the_model_fo
     assert runs.checkpoint_text(run) == "-"
 
 
+def test_a_run_without_job_scripts_shows_the_checkpoint_of_the_model_dir_it_claimed(tmp_path):
+    model = tmp_path / "art" / "email_agent" / "models" / "seed1"
+    folder = ck.step_dir(model, 5)
+    folder.mkdir(parents=True)
+    (folder / ck.ADAPTER_CONFIG).write_text(json.dumps({"r": 8}))
+    (folder / ck.ADAPTER_WEIGHTS).write_bytes(safetensors_bytes(5))
+    run = RunDir(tmp_path / "runs" / "seed1")  # bench/learning_curve.py's: trainer.train, no Slurm job
+    run.path.mkdir(parents=True)
+    assert runs.checkpoint_text([], run) == "-"
+    run.write_model_record({"model_dir": str(model)})
+    assert runs.checkpoint_text([], run) == "5"
+
+
 def test_a_run_shows_its_running_job_rather_than_newer_chained_ones():
     assert runs.pick_job(["1", "2", "3"], {"1": "RUNNING", "2": "PENDING", "3": "PENDING"}) == "1"
     assert runs.pick_job(["1", "2"], {}) == "2"
