@@ -119,7 +119,7 @@ class _State:
     api_key: str | None = None  # when set, requests without this bearer token get 401
 
 
-class _Server(ThreadingHTTPServer):
+class DoubleServer(ThreadingHTTPServer):
     """A listen backlog for many clients at once (the default 5 drops connects, which then
     wait a second for a SYN retry: a latency no model server has), and every connection
     known, so that closing the server ends them all."""
@@ -170,7 +170,7 @@ class OpenAIServer:
     def __init__(self, script: Script, port: int = 0, served: tuple[str, ...] = (), api_key: str | None = None) -> None:
         self._state = _State(script=script, served=served or (tuple(script) if isinstance(script, dict) else ()),
                              api_key=api_key)
-        self._httpd = _Server(("127.0.0.1", port), _handler_for(self._state))
+        self._httpd = DoubleServer(("127.0.0.1", port), _handler_for(self._state))
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="openai-double", daemon=True
         )
