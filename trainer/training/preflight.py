@@ -475,8 +475,9 @@ def ask_openai_compatible(ctx: Context, target: JudgeTarget) -> Check | None:
                "temperature": 0}
     began = time.monotonic()
     try:
-        status, text = post_json(ctx, f"{target.api_base.rstrip('/')}/chat/completions", request,
-                                 {"Authorization": f"Bearer {target.api_key or 'EMPTY'}"})
+        status, text = post_json(f"{target.api_base.rstrip('/')}/chat/completions", request,
+                                 {"Authorization": f"Bearer {target.api_key or 'EMPTY'}"}, ctx.timeout,
+                                 proxied=any(ctx.env.get(name) for name in PROXY_VARIABLES))
     except OSError as error:
         return judge_failure(ctx, label, None, str(error))
     body = json_object(text)
@@ -487,15 +488,15 @@ def ask_openai_compatible(ctx: Context, target: JudgeTarget) -> Check | None:
     return judge_failure(ctx, label, status, http_detail(body, text))
 
 
-def post_json(ctx: Context, url: str, body: dict, headers: dict[str, str]) -> tuple[int, str]:
-    """One POST: its status and text (OSError when nothing answered). Through a proxy variable (the
-    tunnel's socks5h://) with httpx, which speaks SOCKS as the judge's own client does; else with
+def post_json(url: str, body: dict, headers: dict[str, str], timeout: float, proxied: bool) -> tuple[int, str]:
+    """One POST: its status and text (OSError when nothing answered). ``proxied`` (a proxy variable:
+    the tunnel's socks5h://) with httpx, which speaks SOCKS as the judge's own client does; else with
     urllib, which costs no import (httpx's takes a noticeable part of a second)."""
-    if any(ctx.env.get(name) for name in PROXY_VARIABLES):
+    if proxied:
         import httpx
 
         try:
-            answer = httpx.post(url, json=body, headers=headers, timeout=ctx.timeout)
+            answer = httpx.post(url, json=body, headers=headers, timeout=timeout)
         except httpx.HTTPError as error:
             raise OSError(f"{type(error).__name__}: {error}") from None
         return answer.status_code, answer.text
@@ -505,7 +506,7 @@ def post_json(ctx: Context, url: str, body: dict, headers: dict[str, str]) -> tu
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                      headers={**headers, "Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=ctx.timeout) as answer:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
             return answer.status, answer.read().decode(errors="replace")
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode(errors="replace")
