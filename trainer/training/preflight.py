@@ -52,7 +52,6 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -69,6 +68,7 @@ from hpc.run.checkpoints import model_dir as art_model_dir
 from hpc.secret_names import is_secret_name
 from hpc.run.rundir import EXIT_CONFIG_ERROR
 from trainer.training.config import ConfigError, TrainerConfig, load_config, shuffle_seed
+from trainer.training.judge_ping import JUDGE_PING, http_detail, json_object, post_json
 
 log = logging.getLogger("trainer.preflight")
 
@@ -82,7 +82,6 @@ NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.ENOTDIR)
 WANDB_OFF_MODES = ("offline", "disabled", "dryrun")
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 MESSAGE_CHARS = 300
-JUDGE_PING = "Reply with the word OK."  # the judge check's one tiny request (test doubles recognise it)
 STAGE_HINT = "stage it on a login node with internet: `python -m trainer.data prepare` (DATA_DIR chooses where)"
 
 
@@ -486,47 +485,6 @@ def ask_openai_compatible(ctx: Context, target: JudgeTarget) -> Check | None:
     if 200 <= status < 300 and "choices" in body:
         return passed("judge", f"{label} answered in {time.monotonic() - began:.1f}s")
     return judge_failure(ctx, label, status, http_detail(body, text))
-
-
-def post_json(url: str, body: dict, headers: dict[str, str], timeout: float, proxied: bool) -> tuple[int, str]:
-    """One POST: its status and text (OSError when nothing answered). ``proxied`` (a proxy variable:
-    the tunnel's socks5h://) with httpx, which speaks SOCKS as the judge's own client does; else with
-    urllib, which costs no import (httpx's takes a noticeable part of a second)."""
-    if proxied:
-        import httpx
-
-        try:
-            answer = httpx.post(url, json=body, headers=headers, timeout=timeout)
-        except httpx.HTTPError as error:
-            raise OSError(f"{type(error).__name__}: {error}") from None
-        return answer.status_code, answer.text
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={**headers, "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            return answer.status, answer.read().decode(errors="replace")
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode(errors="replace")
-    except (OSError, ValueError) as error:  # URLError, timeouts, a malformed URL
-        raise OSError(f"{type(error).__name__}: {getattr(error, 'reason', error)}") from None
-
-
-def json_object(text: str) -> dict:
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def http_detail(body: dict, text: str) -> str:
-    """The server's own error message (OpenAI's ``{"error": {"message": ...}}``), else its text."""
-    error = body.get("error")
-    message = error.get("message") if isinstance(error, dict) else error
-    return str(message or text.strip()[:300] or "no message")
 
 
 def ask_through_litellm(ctx: Context, target: JudgeTarget) -> Check:
