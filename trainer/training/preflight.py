@@ -23,8 +23,9 @@ wandb      with WANDB_API_KEY: offline nodes log offline; online mode reaches
            W&B and the key is accepted
 judge      every judge the config uses (answer judge, RULER's) answers one
            tiny request, as the job reaches it (through the tunnel's proxy
-           variables where there is one): an OpenAI-compatible JUDGE_API_BASE
-           with one HTTP POST, a provider's model through litellm
+           variables where there is one): Gemini, OpenAI, Anthropic and an
+           OpenAI-compatible JUDGE_API_BASE with one HTTP POST each (the
+           table in judge_ping.py), any other provider through litellm
 ========== =================================================================
 
 Each check gives a :class:`Check`: ok, a one-line message, the fix, and
@@ -43,8 +44,9 @@ judge reached from the login node, and a list of what only the job can check.
 
 Config keys: ``preflight`` (off: no checks), ``preflight_judge`` (off: no
 judge request), ``preflight_min_free_gb``, ``preflight_timeout``. Stdlib at
-import; httpx (W&B; a judge through the tunnel's proxy) and litellm (a provider's judge) are
-imported by their checks only: litellm's import alone took ~3.5 s of every launch's preflight.
+import; httpx (W&B; a judge through the tunnel's proxy) and litellm (a judge of a provider
+judge_ping.py's table lacks) are imported by their checks only: litellm's import alone took
+~3.5 s of every launch's preflight.
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ from hpc.run.checkpoints import model_dir as art_model_dir
 from hpc.secret_names import is_secret_name
 from hpc.run.rundir import EXIT_CONFIG_ERROR
 from trainer.training.config import ConfigError, TrainerConfig, load_config, shuffle_seed
-from trainer.training.judge_ping import JUDGE_PING, http_detail, json_object, post_json
+from trainer.training import judge_ping
+from trainer.training.judge_ping import JUDGE_PING
 
 log = logging.getLogger("trainer.preflight")
 
@@ -447,48 +450,50 @@ def check_judge(ctx: Context) -> Check:
     return passed("judge", "; ".join(result.message for result in results))
 
 
-def judge_label(ctx: Context, target: JudgeTarget) -> str:
-    at = f" at {target.api_base}" if target.api_base else ""
+def judge_label(ctx: Context, target: JudgeTarget, at: str | None = None) -> str:
+    """``the answer judge MODEL at BASE through the tunnel (ALL_PROXY)``: what the failure is about."""
+    at = at or target.api_base
     proxy = next((name for name in PROXY_VARIABLES if ctx.env.get(name)), None)
     via = f" through the tunnel ({proxy})" if proxy else ""
-    return f"the {target.purpose} {target.model}{at}{via}"
+    return f"the {target.purpose} {target.model}{f' at {at}' if at else ''}{via}"
 
 
 def ask_judge(ctx: Context, target: JudgeTarget) -> Check:
-    """One request of a few tokens, as trainer.agent.judge makes it; no retries. An OpenAI-compatible
-    server (JUDGE_API_BASE) is asked with a plain HTTP POST; litellm only where it must route."""
-    if target.api_base is not None:
-        checked = ask_openai_compatible(ctx, target)
-        if checked is not None:
-            return checked
-    return ask_through_litellm(ctx, target)
+    """One request of a few tokens, as trainer.agent.judge makes it; no retries. A provider of
+    judge_ping's table (Gemini, OpenAI, Anthropic, an OpenAI-compatible JUDGE_API_BASE) is asked
+    with one plain HTTP POST; litellm only for another provider, or where it must route."""
+    ping = judge_ping.plan(target.model, target.api_base, target.api_key, ctx.env)
+    checked = ask_over_http(ctx, target, ping) if ping is not None else None
+    return checked if checked is not None else ask_through_litellm(ctx, target)
 
 
-def ask_openai_compatible(ctx: Context, target: JudgeTarget) -> Check | None:
-    """POST {JUDGE_API_BASE}/chat/completions as litellm's OpenAI route sends it. None when the
-    server refuses a model name with a ``prefix/``, which litellm might route to another
-    provider's protocol: litellm then decides."""
-    label = judge_label(ctx, target)
-    model = target.model.removeprefix("openai/")
-    request = {"model": model, "messages": [{"role": "user", "content": JUDGE_PING}], "max_tokens": 8,
-               "temperature": 0}
+def ask_over_http(ctx: Context, target: JudgeTarget, ping: judge_ping.Ping) -> Check | None:
+    """The ping's one POST, its answer judged as litellm reports it. None when JUDGE_API_BASE
+    refuses a ``prefix/`` name that litellm might route to another protocol: litellm then decides."""
+    label = judge_label(ctx, target, ping.base if ping.moved else None)
+    if ping.key is None:
+        return no_key(label, ping.provider.keys)
     began = time.monotonic()
     try:
-        status, text = post_json(f"{target.api_base.rstrip('/')}/chat/completions", request,
-                                 {"Authorization": f"Bearer {target.api_key or 'EMPTY'}"}, ctx.timeout,
-                                 proxied=any(ctx.env.get(name) for name in PROXY_VARIABLES))
+        status, text = judge_ping.post_json(ping.url, ping.body(), ping.headers(), ctx.timeout,
+                                            proxied=any(ctx.env.get(name) for name in PROXY_VARIABLES))
     except OSError as error:
         return judge_failure(ctx, label, None, str(error))
-    body = json_object(text)
-    if status in (400, 404) and "/" in model:
+    body = judge_ping.json_object(text)
+    if ping.litellm_may_route(status):
         return None
-    if 200 <= status < 300 and "choices" in body:
+    if ping.answered(status, body):
         return passed("judge", f"{label} answered in {time.monotonic() - began:.1f}s")
-    return judge_failure(ctx, label, status, http_detail(body, text))
+    return judge_failure(ctx, label, ping.status(status, text), judge_ping.http_detail(body, text))
+
+
+def no_key(label: str, names: list[str] | tuple[str, ...]) -> Check:
+    return permanent("judge", f"no key for {label}: {' or '.join(names or ['?'])} is not set",
+                     "put the key in .env (see .env.example), or set JUDGE_API_BASE")
 
 
 def ask_through_litellm(ctx: Context, target: JudgeTarget) -> Check:
-    """A provider's model (GEMINI_API_KEY...) or a name litellm routes: through litellm itself."""
+    """Another provider's model (not in judge_ping.PROVIDERS) or a name litellm routes: through litellm itself."""
     import litellm
 
     from trainer.agent.judge import litellm_route
@@ -501,8 +506,7 @@ def ask_through_litellm(ctx: Context, target: JudgeTarget) -> Check:
     if target.api_base is None:
         keys = litellm.validate_environment(model=target.model)
         if not keys.get("keys_in_environment"):
-            return permanent("judge", f"no key for {label}: {' or '.join(keys.get('missing_keys') or ['?'])} "
-                             "is not set", "put the key in .env (see .env.example), or set JUDGE_API_BASE")
+            return no_key(label, keys.get("missing_keys") or [])
     model, connection = litellm_route(target.model, target.api_base, target.api_key)
     began = time.monotonic()
     try:
