@@ -257,3 +257,14 @@ def test_openais_organization_is_sent_when_set():
     ping = judge_ping.plan("gpt-4o", None, None, {"OPENAI_API_KEY": KEY, "OPENAI_ORGANIZATION": "org-1"})
     assert ping.headers() == {"Authorization": f"Bearer {KEY}", "OpenAI-Organization": "org-1"}
     assert ping.url == "https://api.openai.com/v1/chat/completions"
+
+
+def test_docs_table_of_providers_says_what_the_table_in_code_holds():
+    """docs/preflight.md#the-judges-one-request lists each row: its key and base variables, endpoint, auth headers."""
+    lines = (REPO / "docs" / "preflight.md").read_text().splitlines()
+    titles = {"gemini": "| Gemini", "openai": "| OpenAI |", "anthropic": "| Anthropic"}
+    for row in judge_ping.PROVIDERS:
+        (line,) = [line for line in lines if line.startswith(titles[row.name])]
+        names = [*row.keys, *row.bases, row.default_base, row.path.replace("{model}", "MODEL"),
+                 *(header for header, _ in (*row.headers, *row.env_headers)), *(variable for _, variable in row.env_headers)]
+        assert all(f"`{name}" in line for name in names), (row.name, [name for name in names if f"`{name}" not in line])
