@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.doubles.openai_server import DoubleServer, RecordedRequest
+from tests.doubles.openai_server import DoubleServer, RecordedRequest, send_json
 
 GEMINI_PATH = re.compile(r"/v1beta/models/([^/:]+):generateContent")
 ANTHROPIC_PATH = "/v1/messages"
@@ -47,18 +47,11 @@ class ProviderAPI:
         self.lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
         self._httpd = DoubleServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                                        name=f"{protocol}-double", daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
 
     @property
     def base_url(self) -> str:
         """What the provider's base variable takes: Gemini's includes the API version, as Google's does."""
-        return f"{self.url}/v1beta" if self.protocol == "gemini" else self.url
+        return f"{self._httpd.url}/v1beta" if self.protocol == "gemini" else self._httpd.url
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -66,14 +59,11 @@ class ProviderAPI:
             return list(self._requests)
 
     def __enter__(self) -> "ProviderAPI":
-        self._thread.start()
+        self._httpd.start_in_thread(f"{self.protocol}-double")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._httpd.close_connections()
-        self._thread.join(timeout=5)
+        self._httpd.stop()
 
     def answer(self, path: str, headers: dict[str, str], body: dict) -> Answer:
         return gemini_answer(self, path, headers, body) if self.protocol == "gemini" else \
@@ -93,7 +83,7 @@ class ProviderAPI:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.server.closing.is_set():  # the test is over
                     self.close_connection = True
-                    return self._send(503, {"error": {"message": "server closed"}})
+                    return send_json(self, 503, {"error": {"message": "server closed"}})
                 headers = {name.lower(): value for name, value in self.headers.items()}
                 try:
                     body = json.loads(raw or b"{}")
@@ -104,15 +94,7 @@ class ProviderAPI:
                 status, payload = api.answer(self.path, headers, body)
                 if api.delay:
                     self.server.closing.wait(api.delay)  # cut short when the server closes
-                self._send(status, payload)
-
-            def _send(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, payload)
 
         return Handler
 
