@@ -253,6 +253,11 @@ def test_at_judge_api_base_the_providers_protocol_goes_there_with_the_judges_key
     assert judge_ping.plan("gpt-4o", "http://judge/v1", None, {}).headers() == {"Authorization": "Bearer EMPTY"}
 
 
+def test_a_base_that_already_ends_in_the_path_is_taken_whole_as_litellm_takes_anthropics():
+    env = {"ANTHROPIC_API_BASE": "http://proxy:4000/v1/messages", "ANTHROPIC_API_KEY": KEY}
+    assert judge_ping.plan("claude-opus-4-1", None, None, env).url == "http://proxy:4000/v1/messages"
+
+
 def test_openais_organization_is_sent_when_set():
     ping = judge_ping.plan("gpt-4o", None, None, {"OPENAI_API_KEY": KEY, "OPENAI_ORGANIZATION": "org-1"})
     assert ping.headers() == {"Authorization": f"Bearer {KEY}", "OpenAI-Organization": "org-1"}
