@@ -243,8 +243,16 @@ def test_a_provider_is_reached_through_the_tunnels_proxy_variables(tmp_path, mon
     ("gemini/gemini-2.0-flash", "http://proxy:4000", ("gemini", "gemini-2.0-flash")),
 ])
 def test_each_judge_model_gets_the_row_litellm_routes_it_to(model, api_base, expected):
+    import litellm
+
     ping = judge_ping.plan(model, api_base, None, {})
     assert (ping and (ping.provider.name, ping.model)) == expected
+    if api_base is None:  # litellm's own routing agrees: the same provider, or one the table lacks
+        try:
+            name, provider, _, _ = litellm.get_llm_provider(model)
+        except litellm.BadRequestError:  # no provider at all: litellm's call fails the same way
+            name, provider = model, None
+        assert (provider, name) == expected if expected else provider not in judge_ping.BY_NAME
 
 
 def test_at_judge_api_base_the_providers_protocol_goes_there_with_the_judges_key():
