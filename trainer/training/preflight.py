@@ -23,8 +23,9 @@ wandb      with WANDB_API_KEY: offline nodes log offline; online mode reaches
            W&B and the key is accepted
 judge      every judge the config uses (answer judge, RULER's) answers one
            tiny request, as the job reaches it (through the tunnel's proxy
-           variables where there is one): an OpenAI-compatible JUDGE_API_BASE
-           with one HTTP POST, a provider's model through litellm
+           variables where there is one): Gemini, OpenAI, Anthropic and an
+           OpenAI-compatible JUDGE_API_BASE with one HTTP POST each (the
+           table in judge_ping.py), any other provider through litellm
 ========== =================================================================
 
 Each check gives a :class:`Check`: ok, a one-line message, the fix, and

@@ -5,14 +5,15 @@ trainer/training/preflight.py runs them.
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from dataclasses import dataclass
 from typing import Mapping
 
 from trainer.agent.judge import DEFAULT_JUDGE_MODEL, litellm_route
+from trainer.training import judge_ping
 from trainer.training.config import TrainerConfig
+from trainer.training.judge_ping import JUDGE_PING
 from trainer.training.preflight_checks import (
     Check,
     Context,
@@ -24,7 +25,6 @@ from trainer.training.preflight_checks import (
 
 WANDB_OFF_MODES = ("offline", "disabled", "dryrun")
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
-JUDGE_PING = "Reply with the word OK."  # the judge check's one tiny request (test doubles recognise it)
 
 
 # -- W&B --------------------------------------------------------------------------------------
@@ -113,88 +113,50 @@ def check_judge(ctx: Context) -> Check:
     return passed("judge", "; ".join(result.message for result in results))
 
 
-def judge_label(ctx: Context, target: JudgeTarget) -> str:
-    at = f" at {target.api_base}" if target.api_base else ""
+def judge_label(ctx: Context, target: JudgeTarget, at: str | None = None) -> str:
+    """``the answer judge MODEL at BASE through the tunnel (ALL_PROXY)``: what the failure is about."""
+    at = at or target.api_base
     proxy = next((name for name in PROXY_VARIABLES if ctx.env.get(name)), None)
     via = f" through the tunnel ({proxy})" if proxy else ""
-    return f"the {target.purpose} {target.model}{at}{via}"
+    return f"the {target.purpose} {target.model}{f' at {at}' if at else ''}{via}"
 
 
 def ask_judge(ctx: Context, target: JudgeTarget) -> Check:
-    """One request of a few tokens, as trainer.agent.judge makes it; no retries. An OpenAI-compatible
-    server (JUDGE_API_BASE) is asked with a plain HTTP POST; litellm only where it must route."""
-    if target.api_base is not None:
-        checked = ask_openai_compatible(ctx, target)
-        if checked is not None:
-            return checked
-    return ask_through_litellm(ctx, target)
+    """One request of a few tokens, as trainer.agent.judge makes it; no retries. A provider of
+    judge_ping's table (Gemini, OpenAI, Anthropic, an OpenAI-compatible JUDGE_API_BASE) is asked
+    with one plain HTTP POST; litellm only for another provider, or where it must route."""
+    ping = judge_ping.plan(target.model, target.api_base, target.api_key, ctx.env)
+    checked = ask_over_http(ctx, target, ping) if ping is not None else None
+    return checked if checked is not None else ask_through_litellm(ctx, target)
 
 
-def ask_openai_compatible(ctx: Context, target: JudgeTarget) -> Check | None:
-    """POST {JUDGE_API_BASE}/chat/completions as litellm's OpenAI route sends it. None when the
-    server refuses a model name with a ``prefix/``, which litellm might route to another
-    provider's protocol: litellm then decides."""
-    label = judge_label(ctx, target)
-    model = target.model.removeprefix("openai/")
-    request = {"model": model, "messages": [{"role": "user", "content": JUDGE_PING}], "max_tokens": 8,
-               "temperature": 0}
+def ask_over_http(ctx: Context, target: JudgeTarget, ping: judge_ping.Ping) -> Check | None:
+    """The ping's one POST, its answer judged as litellm reports it. None when JUDGE_API_BASE
+    refuses a ``prefix/`` name that litellm might route to another protocol: litellm then decides."""
+    label = judge_label(ctx, target, ping.base if ping.moved else None)
+    if ping.key is None:
+        return no_key(label, ping.provider.keys)
     began = time.monotonic()
     try:
-        status, text = post_json(ctx, f"{target.api_base.rstrip('/')}/chat/completions", request,
-                                 {"Authorization": f"Bearer {target.api_key or 'EMPTY'}"})
+        status, text = judge_ping.post_json(ping.url, ping.body(), ping.headers(), ctx.timeout,
+                                            proxied=any(ctx.env.get(name) for name in PROXY_VARIABLES))
     except OSError as error:
         return judge_failure(ctx, label, None, str(error))
-    body = json_object(text)
-    if status in (400, 404) and "/" in model:
+    body = judge_ping.json_object(text)
+    if ping.litellm_may_route(status):
         return None
-    if 200 <= status < 300 and "choices" in body:
+    if ping.answered(status, body):
         return passed("judge", f"{label} answered in {time.monotonic() - began:.1f}s")
-    return judge_failure(ctx, label, status, http_detail(body, text))
+    return judge_failure(ctx, label, ping.status(status, text), judge_ping.http_detail(body, text))
 
 
-def post_json(ctx: Context, url: str, body: dict, headers: dict[str, str]) -> tuple[int, str]:
-    """One POST: its status and text (OSError when nothing answered). Through a proxy variable (the
-    tunnel's socks5h://) with httpx, which speaks SOCKS as the judge's own client does; else with
-    urllib, which costs no import (httpx's takes a noticeable part of a second)."""
-    if any(ctx.env.get(name) for name in PROXY_VARIABLES):
-        import httpx  # only through a proxy: urllib below costs no import
-
-        try:
-            answer = httpx.post(url, json=body, headers=headers, timeout=ctx.timeout)
-        except httpx.HTTPError as error:
-            raise OSError(f"{type(error).__name__}: {error}") from None
-        return answer.status_code, answer.text
-    import urllib.error  # stdlib, but only a judge at JUDGE_API_BASE needs it
-    import urllib.request
-
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={**headers, "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=ctx.timeout) as answer:
-            return answer.status, answer.read().decode(errors="replace")
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode(errors="replace")
-    except (OSError, ValueError) as error:  # URLError, timeouts, a malformed URL
-        raise OSError(f"{type(error).__name__}: {getattr(error, 'reason', error)}") from None
-
-
-def json_object(text: str) -> dict:
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def http_detail(body: dict, text: str) -> str:
-    """The server's own error message (OpenAI's ``{"error": {"message": ...}}``), else its text."""
-    error = body.get("error")
-    message = error.get("message") if isinstance(error, dict) else error
-    return str(message or text.strip()[:300] or "no message")
+def no_key(label: str, names: list[str] | tuple[str, ...]) -> Check:
+    return permanent("judge", f"no key for {label}: {' or '.join(names or ['?'])} is not set",
+                     "put the key in .env (see .env.example), or set JUDGE_API_BASE")
 
 
 def ask_through_litellm(ctx: Context, target: JudgeTarget) -> Check:
-    """A provider's model (GEMINI_API_KEY...) or a name litellm routes: through litellm itself."""
+    """Another provider's model (not in judge_ping.PROVIDERS) or a name litellm routes: through litellm itself."""
     import litellm  # seconds to import: only when a provider's judge is asked
 
     litellm.suppress_debug_info = True  # its "Give Feedback" banner is no error line
@@ -205,8 +167,7 @@ def ask_through_litellm(ctx: Context, target: JudgeTarget) -> Check:
     if target.api_base is None:
         keys = litellm.validate_environment(model=target.model)
         if not keys.get("keys_in_environment"):
-            return permanent("judge", f"no key for {label}: {' or '.join(keys.get('missing_keys') or ['?'])} "
-                             "is not set", "put the key in .env (see .env.example), or set JUDGE_API_BASE")
+            return no_key(label, keys.get("missing_keys") or [])
     model, connection = litellm_route(target.model, target.api_base, target.api_key)
     began = time.monotonic()
     try:

@@ -660,8 +660,9 @@ def test_the_preflight_fails_a_job_in_seconds_before_art_is_imported(tmp_path: P
     errors = [line for line in result.stderr.splitlines() if line.startswith("preflight check")]
     assert [line.split("'")[1] for line in errors] == ["scenarios", "judge", "data"]
     assert "fix: stage it on a login node with internet: `python -m trainer.data prepare`" in errors[-1]
-    assert "import 'urllib.request'" in result.stderr  # PYTHONVERBOSE lists every import (the judge's check's)...
+    assert "import 'trainer.training.judge_ping'" in result.stderr  # PYTHONVERBOSE lists every import...
     assert "import 'art'" not in result.stderr  # ... and ART's never came
+    assert "import 'litellm'" not in result.stderr  # nor litellm's: the judge check is one plain HTTP POST
 
 
 def test_a_passing_preflight_logs_its_checks_and_asks_the_judge_once(run: Run, server: OpenAIServer) -> None:
