@@ -630,7 +630,7 @@ def test_an_unknown_config_exits_78_with_one_line() -> None:
 
     assert result.returncode == EXIT_CONFIG_ERROR == 78
     assert result.stderr.strip().splitlines() == [
-        "trainer.train: error: unknown config 'agent_009'; known configs: agent_008, smoke"]
+        "trainer.train: error: unknown config 'agent_009'; known configs: agent_008, learning_curve, smoke"]
 
 
 def test_an_unknown_override_exits_78_naming_the_accepted_keys() -> None:
