@@ -36,6 +36,8 @@ from pathlib import Path
 
 import resubmit_goodput as rg  # bench/ is on sys.path when this script runs
 
+from hpc.run import ledger
+from hpc.run.ledger import JobEnd
 from hpc.run.rundir import RunDir
 
 MODES = ("baseline", "fixed", "boundary")
@@ -66,7 +68,7 @@ def job_ends(run: RunDir) -> JobEnds:
     stops: dict[str, list[dict]] = {}
     for record in run.read_stops():
         stops.setdefault(str(record["job_id"]), []).append(record)
-    ends = [str(r["job_id"]) for r in run.read_ledger() if r.get("event") == "job_end"]
+    ends = [r.job_id for r in ledger.of_kind(ledger.read(run), JobEnd)]
     lost = [sum(float(s["lost_rollout_seconds"]) for s in stops[j]) if j in stops else math.nan for j in ends]
     reasons: dict[str, int] = {}
     for record in run.read_stops():

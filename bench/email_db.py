@@ -21,7 +21,7 @@ and build) is its own:
   dedupe, then create seven indexes and fill FTS5 from the table; search with
   ART-E's query (FTS MATCH joined with emails, inbox via from OR EXISTS
   recipients, date filters, ORDER BY date DESC LIMIT n);
-* ours: `trainer.data`'s reader and `trainer.agent.email_db.build_database`, and
+* ours: `trainer.data`'s reader and `trainer.agent.email_db_build.build_database`, and
   `EmailDB.search`.
 
 Search latency is measured over a fixed set of 1-3 keyword queries, each
@@ -365,8 +365,8 @@ def baseline_search(conn: sqlite3.Connection, query: Query, max_results: int = 1
 
 
 def ours_build(dataset_dir: Path, db_path: Path) -> dict[str, Any]:
-    from trainer.staging.data import email_rows, resolve_source
-    from trainer.agent.email_db import build_database
+    from trainer.staging.sources import email_rows, resolve_source
+    from trainer.agent.email_db_build import build_database
 
     rows, total = email_rows(resolve_source(str(dataset_dir)))
     report = build_database(rows, db_path, force=True, show_progress=False, total=total)

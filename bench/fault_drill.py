@@ -46,6 +46,8 @@ from typing import Callable
 
 import resubmit_goodput as rg  # bench/ is on sys.path when this script runs
 
+from hpc.run import ledger
+from hpc.run.ledger import By, Cancelled, JobEnd, JobStart, Requeue
 from hpc.run.rundir import RunDir
 from tests.doubles import slurm_faults
 from tests.doubles.step_trainer import read_steps
@@ -84,12 +86,12 @@ class Drill:
 
 
 def current_job(run: RunDir) -> str:
-    starts = [str(r["job_id"]) for r in run.read_ledger() if r.get("event") == "job_start"]
+    starts = [r.job_id for r in ledger.of_kind(ledger.read(run), JobStart)]
     return starts[-1] if starts else ""
 
 
 def all_job_ids(run: RunDir) -> list[str]:
-    return list(dict.fromkeys(str(r["job_id"]) for r in run.read_ledger() if r.get("job_id")))
+    return ledger.job_ids(ledger.read(run))
 
 
 def saved(run: RunDir) -> int:
@@ -132,7 +134,7 @@ def after_steps(action: Callable[[str], object]) -> Callable[[Drill], None]:
 
 def scancel_then_relaunch(d: Drill) -> None:
     after_steps(lambda job: subprocess.run(["scancel", job], check=True, timeout=30))(d)
-    wait_until(lambda: any(r.get("event") == "cancelled" for r in d.run.read_ledger())
+    wait_until(lambda: bool(ledger.of_kind(ledger.read(d.run), Cancelled))
                and not rg.ACTIVE & rg.queue_states(all_job_ids(d.run)), 120, "the cancel to settle")
     sample_status(d)  # what status.sh says of the stopped run
     d.resumed_at = time.time()  # a human launches it again
@@ -252,14 +254,15 @@ def truthful(d: Drill) -> str:
 
 def lost_job_record(d: Drill) -> str:
     """How the ledger recorded the end of the job the fault hit."""
-    ends = [r for r in d.run.read_ledger() if r.get("event") == "job_end"]
-    lost = next((r for r in ends if r.get("slurm_state") or r.get("exit_code") is None), None)
-    events = [r.get("event") for r in d.run.read_ledger()]
+    records = ledger.read(d.run)
+    ends = ledger.of_kind(records, JobEnd)
+    requeues = ledger.of_kind(records, Requeue)
+    lost = next((r for r in ends if r.slurm_state or r.exit_code is None), None)
     if lost is not None:
-        return f"job_end {lost.get('slurm_state') or 'no end hook'}" + (", requeue" if "requeue" in events else "")
-    first = ends[0] if ends else {}
-    extra = ", requeue by slurm" if any(r.get("by") == "slurm" for r in d.run.read_ledger()) else ""
-    return f"end hook: exit {first.get('exit_code')}, {first.get('outcome')}{extra}"
+        return f"job_end {lost.slurm_state or 'no end hook'}" + (", requeue" if requeues else "")
+    first = ends[0] if ends else None
+    extra = ", requeue by slurm" if any(r.by == By.SLURM for r in requeues) else ""
+    return f"end hook: exit {first.exit_code if first else None}, {first.outcome if first else None}{extra}"
 
 
 def fmt(steps: list[int]) -> str:

@@ -3,10 +3,13 @@
     .venv/bin/python bench/gpu_baseline_loop.py --model DIR --data_dir D --steps 3 --art_path P [key=value ...]
 
 The same model, agent (trainer.agent.rollout), scenarios and batches (the smoke config's
-order and filter, ART's iterate_dataset), group size, rollouts in flight and judge
-concurrency as the proof's trainer.train run: the smoke config with bench/gpu_proof_kit.py's
+order and filter, ART's iterate_dataset), group size, rollouts in flight, judge (the same
+``Judge`` with its verdict cache, in ``<art_path>/judge_cache``) and judge concurrency, and the
+same objective (the config's loss function, reward scaling and importance sampling, passed to
+``backend.train`` as trainer.train passes them: ART's own default loss is cispo, the config's
+ppo) as the proof's trainer.train run: the smoke config with bench/gpu_proof_kit.py's
 TRAIN_ARGS (3 groups of 4 a step, 4 epochs) and then the ``key=value`` overrides, which
-trainer.train would take alike. What the trainer adds around them is left out: no run
+trainer.train would take alike. It prints the objective it trains with (``baseline objective``). What the trainer adds around them is left out: no run
 directory, preflight, boundary checks, progress or step records, no stop handling. It prints
 ``baseline rollouts/s X``: rollouts gathered per second of gathering over steps 2 to --steps
 (the first pays for compiling the LoRA kernels), the figure the proof compares trainer.train's with.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import json
 import os
 import sys
 import time
@@ -75,7 +79,7 @@ def start(config: TrainerConfig, art_path: Path) -> tuple[Any, "art.TrainableMod
 
 
 async def loop(backend: Any, model: "art.TrainableModel", config: TrainerConfig, data_dir: Path,
-               steps: int) -> list[Gathered]:
+               steps: int, judge_cache: Path | None = None) -> list[Gathered]:
     """``steps`` steps of gathering with ``art.gather_trajectory_groups`` and ``backend.train``,
     trainer.train's batches of the config's scenarios; the backend is closed at the end."""
     import art
@@ -86,11 +90,14 @@ async def loop(backend: Any, model: "art.TrainableModel", config: TrainerConfig,
     from trainer.agent.rollout import AgentConfig, rollout
     from trainer.agent.scenarios import load_scenarios
     from trainer.training.config import shuffle_seed
+    from trainer.training.training_step import Objective
 
     seed = shuffle_seed(config)
     scenarios = load_scenarios(data_dir, "train", limit=config.training_dataset_size, max_messages=config.max_messages,
                                shuffle=seed is not None, seed=seed or 0)
-    judge = Judge.from_env(None, config.judge_concurrency, config.judge_retries)
+    judge = Judge.from_env(judge_cache, config.judge_concurrency, config.judge_retries)
+    objective = Objective.from_config(config)
+    print(f"baseline objective: {json.dumps(objective.train_kwargs(), sort_keys=True)}", flush=True)
     agent = AgentConfig(max_turns=config.max_turns, max_tokens=config.max_tokens, tool_calling=config.tool_calling,
                         temperature=config.temperature)
     # trainer.train's batches: groups_per_step scenarios a step, a short last batch each epoch
@@ -106,7 +113,7 @@ async def loop(backend: Any, model: "art.TrainableModel", config: TrainerConfig,
                                          for _ in range(config.trajectories_per_group)])
                     for s in batch.items)
                 gathered.append(Gathered(sum(len(group.trajectories) for group in groups), time.monotonic() - began))
-                await backend.train(model, groups, learning_rate=config.learning_rate)
+                await backend.train(model, groups, **objective.train_kwargs())
                 print(f"baseline step {step + 1}: {gathered[-1].rollouts} rollouts in {gathered[-1].seconds:.3f} s",
                       flush=True)
     finally:
@@ -134,7 +141,8 @@ def main() -> int:
 
     os.environ.update(art_runtime_env(os.environ))  # the vLLM runtime and runner the trainer gives ART
     config = proof_config(args.model, args.overrides)
-    gathered = asyncio.run(loop(*start(config, args.art_path), config, args.data_dir, args.steps))
+    gathered = asyncio.run(loop(*start(config, args.art_path), config, args.data_dir, args.steps,
+                                args.art_path / "judge_cache"))
     print(f"baseline rollouts/s {rollouts_per_second(gathered):.3f}")
     return 0
 

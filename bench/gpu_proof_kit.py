@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import re
 import signal
@@ -19,6 +18,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -27,7 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from hpc.job.workload_env import Job, job_env, run_slot_env  # noqa: E402
 from hpc.run.checkpoints import list_checkpoints  # noqa: E402
+from hpc.run.checkpoints import model_dir as art_model_dir  # noqa: E402
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir  # noqa: E402
 from tests.doubles.openai_server import Reply, text  # noqa: E402
 
@@ -36,7 +40,7 @@ RUN_NAME = "proof"
 PYTHON = sys.executable
 # the RL run: small turns and groups, so a step takes seconds on one GPU
 TRAIN_ARGS = ("base_model={model}", "training_dataset_size=null", "trajectories_per_group=4", "groups_per_step=3",
-              "num_epochs=4", "max_turns=4", "max_tokens=256", "max_seq_length=4096", "val_set_size=4",
+              "num_epochs=4", "max_turns=4", "max_tokens=256", "max_seq_length=16384", "val_set_size=4",
               "eval_steps=2", "prune_checkpoints=false", "rollout_concurrency=12", "learning_rate=5e-5",
               "vllm_fast_start=true", "preflight_min_free_gb=1")
 
@@ -73,20 +77,24 @@ def parse_gpu_memory(output: str) -> dict[str, int]:
     return used
 
 
+def nvidia_smi(*args: str) -> str:
+    """nvidia-smi's output, "" where it fails or is missing (a reading is then empty, never an error)."""
+    try:
+        result = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return result.stdout if result.returncode == 0 else ""
+
+
 def node_gpus() -> list[str]:
     """The indices of this node's GPUs (nvidia-smi), [] without one."""
-    try:
-        result = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
-                                capture_output=True, text=True)
-    except OSError:
-        return []
-    return list(parse_gpu_memory(result.stdout)) if result.returncode == 0 else []
+    return list(parse_gpu_memory(nvidia_smi("--query-gpu=index,memory.total", "--format=csv,noheader,nounits")))
 
 
 def gpu_total_gib(index: str) -> float:
-    result = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", index],
-                            capture_output=True, text=True)
-    return float(result.stdout.strip() or 0) / 1024
+    """The GPU's memory as nvidia-smi (and torch, and vLLM) count it, in GiB."""
+    total = nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", index).strip()
+    return float(total or 0) / 1024
 
 
 @dataclass
@@ -105,10 +113,14 @@ class MemorySampler:
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):
-            result = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-                                    capture_output=True, text=True)
-            for index, mib in parse_gpu_memory(result.stdout if result.returncode == 0 else "").items():
-                self.peaks_mib[index] = max(mib, self.peaks_mib.get(index, 0))
+            self.sample()
+
+    def sample(self) -> dict[str, int]:
+        """One reading: MiB used by GPU index (the peaks keep the largest of each)."""
+        used = parse_gpu_memory(nvidia_smi("--query-gpu=index,memory.used", "--format=csv,noheader,nounits"))
+        for index, mib in used.items():
+            self.peaks_mib[index] = max(mib, self.peaks_mib.get(index, 0))
+        return used
 
     def peak_gib(self, index: str) -> float:
         return self.peaks_mib.get(index, 0) / 1024
@@ -127,6 +139,7 @@ class Work:
     run_name: str = RUN_NAME
     devices: str = ""  # the run's GPUs (CUDA_VISIBLE_DEVICES); "" leaves the variable as it is
     judge_model: str = "openai/judge"
+    made: Path | None = None  # --model: a model an earlier proof made, read only; else <root>/model
 
     def for_run(self, run_name: str, devices: str | None = None) -> "Work":
         """The same proof, another run (its own run directory and checkpoints) on ``devices``."""
@@ -138,7 +151,7 @@ class Work:
 
     @property
     def model(self) -> Path:
-        return self.root / "model"
+        return self.made if self.made is not None else self.root / "model"
 
     @property
     def runs(self) -> Path:
@@ -154,15 +167,20 @@ class Work:
 
     @property
     def model_dir(self) -> Path:
-        return self.art / "email_agent" / "models" / self.run_name
+        return art_model_dir(self.art, "email_agent", self.run_name)  # the project of smoke and agent_008
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {**os.environ, "HPC_RUN_DIR": str(self.run.path), "ART_PATH": str(self.art), "DATA_DIR": str(self.data),
-               "HPC_MODEL_DIR": str(self.model_dir), "JUDGE_API_BASE": self.judge_url, "JUDGE_MODEL": self.judge_model,
-               "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-               "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
-        if self.devices:
-            env["CUDA_VISIBLE_DEVICES"] = self.devices
+        """What a job on this machine's cluster gives its workload (hpc/job/workload_env.py), with the
+        proof's own settings where a job has the dotenv's (its folders, its judge, offline)."""
+        from hpc.launcher.clusters import load_registry  # lazily, as dotenv_setting below
+
+        cluster = load_registry().detect().cluster
+        job = job_env(Job(run_dir=self.run.path, model_dir=self.model_dir, cluster=cluster.name,
+                          internet=cluster.internet))
+        env = {**os.environ, **job, "ART_PATH": str(self.art), "DATA_DIR": str(self.data),
+               "JUDGE_API_BASE": self.judge_url, "JUDGE_MODEL": self.judge_model, "HF_HUB_OFFLINE": "1",
+               "WANDB_MODE": "disabled", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": str(REPO), **(run_slot_env(self.devices) if self.devices else {})}
         env.setdefault("ART_VLLM_RUNTIME_CACHE_DIR", dotenv_setting("ART_VLLM_RUNTIME_CACHE_DIR"))
         return {**env, **extra}
 
@@ -181,12 +199,137 @@ class Work:
         return [arg.format(model=self.model) for arg in TRAIN_ARGS] + list(extra)
 
 
+def fresh_folder_problem(work: Path) -> str | None:
+    """Why ``work`` cannot hold a new proof, if it cannot: it must be new or empty, so that no
+    stage reads a record, checkpoint, evaluation or log an earlier proof left there."""
+    if work.exists() and not work.is_dir():
+        return f"--work {work} is a file: give a new folder"
+    if work.is_dir() and any(work.iterdir()):
+        return (f"--work {work} holds an earlier proof's files: every proof starts from an empty folder (a reused "
+                "one mixes earlier runs' steps, checkpoints and evaluations into this one's figures); give a new "
+                "--work, and --model DIR to reuse a model an earlier proof made")
+    return None
+
+
+@dataclass(frozen=True)
+class RecordMark:
+    """Where a run's records stood when one of the proof's processes started: what the run
+    holds beyond it is that process's own (steps.jsonl, stops.jsonl, startups.jsonl,
+    validation.jsonl), and each timed record must be dated after the process started."""
+
+    run: RunDir
+    counts: tuple[int, int, int, int]
+    since: str  # utc_now() when the mark was taken
+
+    @classmethod
+    def take(cls, run: RunDir) -> "RecordMark":
+        from hpc.run.rundir import utc_now
+
+        counts = (len(run.read_steps()), len(run.read_stops()), len(run.read_startups()), len(run.read_validations()))
+        return cls(run, counts, utc_now())
+
+    def steps(self) -> list[dict[str, Any]]:
+        return self._own(self.run.read_steps()[self.counts[0]:], "started", "steps.jsonl")
+
+    def stops(self) -> list[dict[str, Any]]:
+        return self._own(self.run.read_stops()[self.counts[1]:], "time", "stops.jsonl")
+
+    def startups(self) -> list[dict[str, Any]]:
+        return self._own(self.run.read_startups()[self.counts[2]:], "time", "startups.jsonl")
+
+    def validations(self) -> list[dict[str, Any]]:
+        return self.run.read_validations()[self.counts[3]:]
+
+    def _own(self, records: list[dict[str, Any]], stamp: str, file: str) -> list[dict[str, Any]]:
+        early = [r for r in records if str(r.get(stamp, "")) < self.since]
+        if early:
+            raise ProofFailed(f"{self.run.path / file} has {len(early)} record(s) dated before this process started "
+                              f"({early[0].get(stamp)} < {self.since}): another process wrote them")
+        return records
+
+
 def dotenv_setting(name: str) -> str:
     """What a job on this machine's cluster gets for ``name`` from the dotenv files."""
     from hpc.launcher.clusters import load_registry
     from hpc.launcher.jobspec import dotenv_setting as setting
 
     return setting(name, load_registry().detect().cluster) or ""
+
+
+# -- a forwarder that counts what the run asks ---------------------------------------------------------
+
+
+class CountingForwarder:
+    """Passes every HTTP request on to ``target`` (a served judge) unchanged and returns its answer
+    unchanged, counting each request by path and the status it got: what a run asked, counted on
+    the asking side (the judge's own access log counts what it answered). A context manager."""
+
+    def __init__(self, target: str) -> None:
+        from http.server import ThreadingHTTPServer
+
+        self.target = target.rstrip("/")
+        self.counts: Counter[tuple[str, int]] = Counter()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _forwarding_handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def asked(self, path: str = "/v1/chat/completions") -> Counter[int]:
+        """The status of each request to ``path``."""
+        with self._lock:
+            return Counter({status: n for (where, status), n in self.counts.items() if where == path})
+
+    def count(self, path: str, status: int) -> None:
+        with self._lock:
+            self.counts[(path, status)] += 1
+
+    def __enter__(self) -> "CountingForwarder":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _forwarding_handler(forwarder: CountingForwarder) -> type:
+    from http.server import BaseHTTPRequestHandler
+
+    class Forward(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            self._forward(None)
+
+        def do_POST(self) -> None:  # noqa: N802
+            self._forward(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+
+        def _forward(self, body: bytes | None) -> None:
+            headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization", "accept")}
+            request = urllib.request.Request(forwarder.target + self.path, data=body, headers=headers,
+                                             method="POST" if body is not None else "GET")
+            try:
+                with urllib.request.urlopen(request, timeout=900) as response:
+                    status, payload, kind = response.status, response.read(), response.headers.get("Content-Type")
+            except urllib.error.HTTPError as error:
+                status, payload, kind = error.code, error.read(), error.headers.get("Content-Type")
+            except OSError as error:
+                status, payload, kind = 502, json.dumps({"error": {"message": str(error)}}).encode(), "application/json"
+            forwarder.count(self.path.split("?")[0], status)
+            self.send_response(status)
+            self.send_header("Content-Type", kind or "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    return Forward
 
 
 # -- running the project's commands ------------------------------------------------------------------------
@@ -269,9 +412,9 @@ def run_together(processes: list[Process], timeout: float = 900) -> list[tuple[i
 
 
 def trainer_process(work: Work, name: str, overrides: list[str], until: Callable[[], bool] | None = None,
-                    **env: str) -> Process:
-    """trainer.train with ``--config smoke`` and ``overrides``, as a job runs it."""
-    return Process(work, name, ["-m", "trainer.train", "--config", "smoke", *overrides], until, dict(env))
+                    config: str = "smoke", **env: str) -> Process:
+    """trainer.train with ``--config config`` (the proof's small runs: smoke) and ``overrides``, as a job runs it."""
+    return Process(work, name, ["-m", "trainer.train", "--config", config, *overrides], until, dict(env))
 
 
 def trainer(work: Work, name: str, overrides: list[str], until: Callable[[], bool] | None = None,
@@ -314,6 +457,46 @@ def served_at(log: str) -> tuple[str, str] | None:
     return (found.group(1), found.group(2)) if found else None
 
 
+@dataclass
+class ServedWatch:
+    """An ``until`` for the resumed process: once it has registered, ask its vLLM which models it
+    serves (``/v1/models``, once), then defer to ``then``."""
+
+    run: Work
+    name: str
+    then: Callable[[], bool]
+    served: list[str] | None = None
+    url: str = ""
+
+    def __call__(self) -> bool:
+        if self.served is None:
+            found = served_at(self.run.log(self.name).read_text(errors="replace"))
+            if found is None:
+                return False
+            self.url = found[0]
+            self.served = served_models(self.url)
+        return self.then()
+
+
+def served_models(base_url: str) -> list[str]:
+    """The model ids a vLLM (OpenAI-compatible) server lists: its base and every adapter it serves."""
+    try:
+        with urllib.request.urlopen(f"{base_url.rstrip('/')}/models", timeout=30) as response:
+            return [item["id"] for item in json.loads(response.read())["data"]]
+    except (OSError, ValueError, KeyError) as error:
+        return [f"(no answer: {error})"]
+
+
+def check_served(watch: ServedWatch, model_name: str, step: int) -> None:
+    """vLLM serves the checkpoint the run resumed from, and no later one."""
+    expected = f"{model_name}@{step}"
+    later = [m for m in watch.served or [] if m.startswith(f"{model_name}@") and m.split("@")[-1].isdigit()
+             and int(m.split("@")[-1]) > step]
+    if watch.served is None or expected not in watch.served or later:
+        raise ProofFailed(f"the resumed job's vLLM at {watch.url or '?'} serves {watch.served}, not {expected} "
+                          f"(the checkpoint it resumed from){' and later: ' + str(later) if later else ''}")
+
+
 def rollouts_per_second(records: list[dict[str, Any]]) -> float:
     """Rollouts gathered per second of gathering (steps.jsonl's trajectories and rollout_seconds)."""
     count = sum(record["trajectories"] for record in records)
@@ -342,46 +525,34 @@ def trained_steps(work: Work, records: list[dict[str, Any]]) -> list[int]:
             and adapter_bytes(by_step[r["step"]]) != adapter_bytes(by_step[r["step"] - 1])]
 
 
-def check_stopped(work: Work, code: int, log: str, steps: int) -> list[dict[str, Any]]:
-    """A stage's run stopped by SIGUSR1 (exit 75) after at least ``steps`` steps: its step
-    records; else ProofFailed saying which part did not hold."""
-    records = work.run.read_steps()
+def check_stopped(work: Work, mark: RecordMark, code: int, log: str, steps: int) -> list[dict[str, Any]]:
+    """A stage's process stopped by SIGUSR1 (exit 75) after at least ``steps`` steps of its own
+    (the records after ``mark``): those records; else ProofFailed saying which part did not hold."""
+    records = mark.steps()
     if code != EXIT_STOPPED_FOR_TIME:
         raise ProofFailed(f"{work.run_name}: trainer.train exited {code}, not 75 after SIGUSR1: {last_lines(log)}")
     if len(records) < steps:
         raise ProofFailed(f"{work.run_name}: only {len(records)} steps done before the stop (wanted {steps}): "
                           f"{last_lines(log)}")
+    check_consecutive(work)
     return records
 
 
-def check_trained(work: Work, code: int, log: str, steps: int, changed_at_least: int | None = None
+def check_consecutive(work: Work) -> list[int]:
+    """The run's steps, each once and in order from 1: none lost, none repeated."""
+    numbers = [r["step"] for r in work.run.read_steps()]
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise ProofFailed(f"{work.run_name}: steps lost or repeated: {numbers}")
+    return numbers
+
+
+def check_trained(work: Work, mark: RecordMark, code: int, log: str, steps: int, changed_at_least: int | None = None
                   ) -> list[dict[str, Any]]:
     """``check_stopped``, and ``changed_at_least`` of those steps (default: each) changed the LoRA
     (GRPO really trained; a step whose groups all scored alike leaves it as it was)."""
-    records = check_stopped(work, code, log, steps)
+    records = check_stopped(work, mark, code, log, steps)
     changed = trained_steps(work, records)
     if len(changed) < (steps if changed_at_least is None else changed_at_least):
         raise ProofFailed(f"{work.run_name}: of {len(records)} steps only {changed} changed the LoRA (GRPO had nothing "
                           "to learn: every rollout of a group scored the same)")
     return records
-
-
-def memory_estimate(work: Work, gpu_mode: str, gpu: str) -> str:
-    """hpc.launcher.gpu_memory's estimate for the made model at the proof's settings."""
-    from hpc.launcher.gpu_memory import ModelShape, Plan, estimate
-    from trainer.training.config import VLLM_SHARE
-
-    config = json.loads((work.model / "config.json").read_text())
-    header = json.loads(safetensors_header(work.model / "model.safetensors"))
-    params = sum(math.prod(tensor["shape"]) for name, tensor in header.items() if name != "__metadata__")
-    shape = ModelShape("made", params / 1e9, config["num_hidden_layers"], config["num_key_value_heads"],
-                       config["head_dim"], config["hidden_size"])
-    found = estimate(shape, Plan(gpu_total_gib(gpu), gpu_mode, VLLM_SHARE[gpu_mode], 4096))
-    return (f"hpc.launcher.gpu_memory estimates ({gpu_mode}) vLLM {found.vllm_need:.1f} GiB (of its "
-            f"{found.vllm_budget:.1f} GiB share, which vLLM takes whole) and training {found.train_peak:.1f} GiB")
-
-
-def safetensors_header(path: Path) -> str:
-    with path.open("rb") as handle:
-        size = int.from_bytes(handle.read(8), "little")
-        return handle.read(size).decode()

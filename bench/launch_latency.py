@@ -10,10 +10,16 @@ here too, and asserted by tests/hpc/launcher/test_launch.py).
 Then a real launch (a submission, to an ``sbatch`` stand-in on PATH that prints
 a job id) with the login-side preflight before the queue (hpc/launcher/queue_preflight.py:
 the trainer's checks in a child process, passing here: the fixture data staged
-by ``trainer.data prepare``, the test double's backend, the judge a local
-OpenAI-compatible stand-in answering its one request with a plain HTTP POST) against the same
-launch with ``--no_preflight``: what the preflight costs a launch. Target: it adds under 1 s
-(3.9 s median when the judge check imported litellm).
+by ``trainer.data prepare``, the test double's backend, ``--config smoke``) against the same
+launch with ``--no_preflight``: what the preflight costs a launch. Twice, the judge answered by
+a local stand-in each time: an OpenAI-compatible judge at JUDGE_API_BASE, and the default
+config's judge (gemini/gemini-2.0-flash with GEMINI_API_KEY; dotenv/common.env) at
+GEMINI_API_BASE, the variable litellm reads too. Each is asked with one plain HTTP request
+(trainer/training/judge_ping.py); each stand-in must get exactly one request per launch. The
+same launch with a judge the table lacks (deepseek/deepseek-chat at DEEPSEEK_API_BASE) shows
+what litellm's import costs, as every provider's judge paid before. The four launches take
+turns, so that a loaded machine weighs on each alike. Target: the preflight adds under 1 s with
+either judge of the table (3.9 s median when the judge check imported litellm).
 """
 
 from __future__ import annotations
@@ -25,12 +31,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 HEAVY = ("art", "litellm", "datasets", "torch", "vllm", "ray")
+
+from tests.doubles.openai_server import OpenAIServer, text  # noqa: E402 (the repository on sys.path first)
+from tests.doubles.provider_api import ProviderAPI  # noqa: E402
+
+# The launches measured against each other: without the preflight, and with it and each judge.
+LAUNCHES = {"no_preflight": "none", "compatible": "OpenAI-compatible judge (JUDGE_API_BASE)",
+            "default": "default judge (gemini/gemini-2.0-flash, GEMINI_API_KEY)",
+            "litellm": "judge outside the table (deepseek/deepseek-chat), through litellm"}
+TARGETED = ("compatible", "default")  # the judges asked over plain HTTP: each must add < 1 s
 
 
 def timed(command: list[str]) -> float:
@@ -71,27 +88,62 @@ def staged_data(folder: Path) -> Path:
     return folder
 
 
-def submit_times(work: Path, runs: int, *extra: str) -> float:
-    """Median wall time of ``runs`` launches (a fresh run name each) submitting to the stand-in."""
-    from tests.doubles.openai_server import OpenAIServer, text
-
-    env = fake_sbatch(work / "bin")
-    data = staged_data(work / "data") if not (work / "data").exists() else work / "data"
-    times = []
+@contextmanager
+def compatible_judge() -> Iterator[tuple[list[str], OpenAIServer]]:
+    """An OpenAI-compatible judge at JUDGE_API_BASE."""
     with OpenAIServer(lambda body: text("OK")) as judge:
-        for k in range(runs + 1):  # the first warms the page cache
-            command = [sys.executable, "-m", "hpc.launch", "--job_name", f"lat{k}{''.join(extra)}", "--time_limit",
-                       "60", "--runs_dir", str(work / "runs"), "--cluster", "local", "--config", "smoke",
-                       "--train_arg", "backend=tests.doubles.art_backend:FakeBackend",
-                       "--train_arg", "preflight_min_free_gb=0", "--env", f"DATA_DIR={data}",
-                       "--env", f"JUDGE_API_BASE={judge.base_url}", "--env", "JUDGE_API_KEY=bench",
-                       "--env", "JUDGE_MODEL=judge-model", *extra]
-            start = time.perf_counter()
-            result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
-            times.append(time.perf_counter() - start)
-            if result.returncode != 0 or "submitted job 4242" not in result.stdout:
-                raise SystemExit(f"launch failed (exit {result.returncode}): {result.stderr.strip()[-300:]}")
-    return statistics.median(times[1:])
+        yield ["--env", f"JUDGE_API_BASE={judge.base_url}", "--env", "JUDGE_API_KEY=bench-key",
+               "--env", "JUDGE_MODEL=judge-model"], judge
+
+
+@contextmanager
+def default_judge() -> Iterator[tuple[list[str], ProviderAPI]]:
+    """The default config's judge (JUDGE_MODEL unset: dotenv/common.env's gemini/gemini-2.0-flash), its
+    key in GEMINI_API_KEY, Google's API stood in for at GEMINI_API_BASE."""
+    with ProviderAPI("gemini", models=("gemini-2.0-flash",), key="bench-key") as judge:
+        yield ["--env", f"GEMINI_API_BASE={judge.base_url}", "--env", "GEMINI_API_KEY=bench-key"], judge
+
+
+@contextmanager
+def litellm_judge() -> Iterator[tuple[list[str], OpenAIServer]]:
+    """A provider judge_ping's table lacks (DeepSeek's OpenAI-compatible API at DEEPSEEK_API_BASE):
+    asked through litellm, as every provider's judge was before, for the cost of litellm's import."""
+    with OpenAIServer({"deepseek-chat": lambda body: text("OK")}) as judge:
+        yield ["--env", "JUDGE_MODEL=deepseek/deepseek-chat", "--env", f"DEEPSEEK_API_BASE={judge.base_url}",
+               "--env", "DEEPSEEK_API_KEY=bench-key"], judge
+
+
+def launch(work: Path, env: dict[str, str], data: Path, name: str, extra: list[str]) -> float:
+    """One launch submitting to the stand-in: its wall time."""
+    command = [sys.executable, "-m", "hpc.launch", "--job_name", name, "--time_limit", "60",
+               "--runs_dir", str(work / "runs"), "--cluster", "local", "--config", "smoke",
+               "--train_arg", "backend=tests.doubles.art_backend:FakeBackend",
+               "--train_arg", "preflight_min_free_gb=0", "--env", f"DATA_DIR={data}", *extra]
+    start = time.perf_counter()
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if result.returncode != 0 or "submitted job 4242" not in result.stdout:
+        raise SystemExit(f"launch failed (exit {result.returncode}): {result.stderr.strip()[-300:]}")
+    return seconds
+
+
+def submit_medians(work: Path, runs: int) -> dict[str, float]:
+    """Median wall time of ``runs`` launches (a fresh run name each) of each kind, taking turns:
+    without the preflight, with it and each judge. Each judge must be asked once a launch."""
+    env = fake_sbatch(work / "bin")
+    data = staged_data(work / "data")
+    times: dict[str, list[float]] = {kind: [] for kind in LAUNCHES}
+    with compatible_judge() as (compatible, first), default_judge() as (default, second), \
+            litellm_judge() as (routed, third):
+        extras = {"no_preflight": [*compatible, "--no_preflight"], "compatible": compatible, "default": default,
+                  "litellm": routed}
+        for k in range(runs + 1):  # the first round warms the page cache
+            for kind in LAUNCHES:
+                times[kind].append(launch(work, env, data, f"lat{k}{kind.replace('_', '')}", extras[kind]))
+        asked = [len(judge.requests) for judge in (first, second, third)]
+    if asked != [runs + 1] * 3:
+        raise SystemExit(f"each judge must be asked once a launch ({runs + 1}), was: {asked}")
+    return {kind: statistics.median(values[1:]) for kind, values in times.items()}
 
 
 def main() -> int:
@@ -111,14 +163,15 @@ def main() -> int:
     print(f"target (< 300 ms median):     {'met' if launcher < 0.3 else 'NOT met'}")
     print(f"heavy modules imported:       {', '.join(heavy) if heavy else 'none'}")
     with tempfile.TemporaryDirectory() as work:
-        checked = submit_times(Path(work), args.submit_runs)
-        unchecked = submit_times(Path(work), args.submit_runs, "--no_preflight")
-    print(f"launch (submit) with the preflight:  median {checked * 1000:7.1f} ms over {args.submit_runs} runs")
+        medians = submit_medians(Path(work), args.submit_runs)
+    unchecked = medians["no_preflight"]
     print(f"launch (submit) --no_preflight:      median {unchecked * 1000:7.1f} ms over {args.submit_runs} runs")
-    print(f"added by the preflight:              {(checked - unchecked) * 1000:.1f} ms "
-          f"({checked / unchecked:.1f}x)")
-    print(f"target (preflight adds < 1000 ms):   {'met' if checked - unchecked < 1 else 'NOT met'}")
-    return 0 if launcher < 0.3 and not heavy and checked - unchecked < 1 else 1
+    added = {kind: medians[kind] - unchecked for kind in LAUNCHES if kind != "no_preflight"}
+    for kind, seconds in added.items():
+        target = f"; target (adds < 1000 ms): {'met' if seconds < 1 else 'NOT met'}" if kind in TARGETED else ""
+        print(f"with the preflight, {LAUNCHES[kind]}: median {medians[kind] * 1000:7.1f} ms, "
+              f"adds {seconds * 1000:.1f} ms ({medians[kind] / unchecked:.1f}x){target}")
+    return 0 if launcher < 0.3 and not heavy and all(added[kind] < 1 for kind in TARGETED) else 1
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from hpc.run import ledger  # noqa: E402
+from hpc.run.ledger import Chain, JobEnd, JobStart, Resubmit, Submit, Successor  # noqa: E402
 from hpc.run.rundir import RunDir  # noqa: E402
 from tests.doubles.step_trainer import TrainedStep, read_steps  # noqa: E402
 
@@ -106,8 +108,7 @@ def launch_command(name: str, runs_dir: Path, minutes: int, grace: int, train_ar
 
 def job_ids(run: RunDir) -> list[str]:
     """The run's jobs: submitted, chained, continued, and successors queued (hpc/job/successor.py)."""
-    ids = [str(r["job_id"]) for r in run.read_ledger()
-           if r.get("event") in ("submit", "chain", "resubmit", "successor")]
+    ids = [r.job_id for r in ledger.read(run) if isinstance(r, (Submit, Chain, Resubmit, Successor))]
     return list(dict.fromkeys(ids))
 
 
@@ -120,7 +121,7 @@ def queue_states(ids: list[str]) -> set[str]:
 def settled(run: RunDir) -> bool:
     """A job has ended and none of the run's jobs is queued or running any more
     (finished, failed, or a chain that ran out: the figures then show lost steps)."""
-    if not any(r.get("event") == "job_end" for r in run.read_ledger()):
+    if not ledger.of_kind(ledger.read(run), JobEnd):
         return False
     return not ACTIVE & queue_states(job_ids(run))
 
@@ -147,7 +148,7 @@ def wait_for_accounting(run: RunDir, timeout: float = 60) -> list[JobRun]:
     deadline = time.monotonic() + timeout
     while True:
         runs = job_runs(job_ids(run))  # only runs with an end
-        starts = sum(1 for r in run.read_ledger() if r.get("event") == "job_start")
+        starts = len(ledger.of_kind(ledger.read(run), JobStart))
         trained = len({(s.job, s.restart) for s in read_steps(run)})
         if len(runs) >= max(starts, trained) or time.monotonic() > deadline:
             return runs

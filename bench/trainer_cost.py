@@ -65,6 +65,7 @@ class Side:
     rollouts: list[int]  # rollouts trained on, per step
     scenarios: list[list[int]]  # the scenario of each group, per step
     step_seconds: list[float]  # of gathering, per step
+    objectives: tuple[str, ...] = ()  # what backend.train was told each step (loss, scaling, learning rate)
 
     @property
     def counted(self) -> int:
@@ -154,7 +155,9 @@ def backend_work(name: str, art: Path, step_seconds: list[float]) -> Side:
     """What FakeBackend trained on, step by step (its train log), with the side's seconds."""
     trained = read_train_log(art)
     return Side(name, [record["trajectories"] for record in trained],
-                [[group[0]["scenario_id"] for group in record["metadata"]] for record in trained], step_seconds)
+                [[group[0]["scenario_id"] for group in record["metadata"]] for record in trained], step_seconds,
+                tuple(json.dumps({**record["objective"], "learning_rate": record["learning_rate"]}, sort_keys=True)
+                      for record in trained))
 
 
 SIDES = (trainer_side, loop_side)
@@ -188,6 +191,9 @@ def check_same_work(ours: Side, theirs: Side, steps: int) -> tuple[Side, Side]:
     if (ours.rollouts, ours.scenarios) != (theirs.rollouts, theirs.scenarios) or counts != {steps}:
         raise ProofFailed(f"unequal work: trainer.train trained {ours.rollouts} rollouts on scenarios {ours.scenarios}, "
                           f"the minimal loop {theirs.rollouts} on {theirs.scenarios} (wanted {steps} steps each)")
+    if ours.objectives != theirs.objectives:
+        raise ProofFailed(f"unequal objectives: trainer.train trained with {sorted(set(ours.objectives))}, the minimal "
+                          f"loop with {sorted(set(theirs.objectives))}")
     return ours, theirs
 
 

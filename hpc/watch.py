@@ -1,9 +1,7 @@
-"""Forwarding: hpc.watch moved to hpc.job.watch (hpc/job/watch.py).
+"""Old path of hpc.job.watch (hpc/job/watch.py), kept for job scripts rendered before issue 18.
 
-Job scripts rendered before issue 18 run ``python -m hpc.watch``; a run launched then is
-continued with that same script, so this path must keep working until no such run is
-continued any more. Then delete this file (scripts rendered now call hpc.job.watch).
+One of hpc/forwarding.py's OLD_JOB_PATHS: removed in the release that list names.
 """
-from hpc.forwarding import forward
+from hpc.forwarding import forward_old_job_path
 
-forward(__name__, "hpc.job.watch")
+forward_old_job_path(__name__, __spec__.name)

@@ -69,3 +69,15 @@ def cluster_login_environment(monkeypatch: pytest.MonkeyPatch, tmp_path_factory:
     for name in ("WORK", "PROJECT"):
         if name not in os.environ:
             monkeypatch.setenv(name, str(base / name.lower()))
+
+
+@pytest.fixture(scope="session")
+def inbox_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Synthetic inboxes (trainer.data make-inboxes: 40 train, 10 held-out) staged by ``prepare``."""
+    from trainer.staging.data import prepare
+    from trainer.staging.synthetic_inbox import generate, write
+
+    root = tmp_path_factory.mktemp("inboxes")
+    emails, questions = write(generate(seed=3, train_inboxes=40, heldout_inboxes=10), root / "source")
+    prepare(root / "data", str(emails), str(questions), show_progress=False)
+    return root / "data"

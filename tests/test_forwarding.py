@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from hpc.forwarding import OLD_JOB_PATHS, REMOVED_IN
+
 REPO = Path(__file__).resolve().parents[1]
 
-FORWARDED = {'hpc.accounting': 'hpc.run.accounting', 'hpc.continuation': 'hpc.job.continuation', 'hpc.launch': 'hpc.launcher.launch', 'hpc.pack': 'hpc.job.pack', 'hpc.ray_cluster': 'hpc.job.ray_cluster', 'hpc.report': 'hpc.run.report', 'hpc.tied': 'hpc.job.tied', 'hpc.watch': 'hpc.job.watch', 'trainer.ask': 'trainer.serving.ask', 'trainer.data': 'trainer.staging.data', 'trainer.eval': 'trainer.evaluation.eval', 'trainer.preflight': 'trainer.training.preflight', 'trainer.serve': 'trainer.serving.serve', 'trainer.train': 'trainer.training.train', 'trainer.vllm_server': 'trainer.serving.vllm_server', 'trainer.warmup': 'trainer.staging.warmup'}
+# The commands users type (for good), and the old paths job scripts of an earlier release call (for now).
+COMMANDS = {'hpc.accounting': 'hpc.run.accounting', 'hpc.launch': 'hpc.launcher.launch', 'hpc.report': 'hpc.run.report',
+            'trainer.ask': 'trainer.serving.ask', 'trainer.data': 'trainer.staging.data',
+            'trainer.eval': 'trainer.evaluation.eval', 'trainer.preflight': 'trainer.training.preflight',
+            'trainer.serve': 'trainer.serving.serve', 'trainer.train': 'trainer.training.train',
+            'trainer.warmup': 'trainer.staging.warmup'}
+FORWARDED = {**COMMANDS, **OLD_JOB_PATHS}
 IN_JOB = ['hpc.continuation', 'hpc.pack', 'hpc.ray_cluster', 'hpc.watch', 'trainer.vllm_server']
 
 
@@ -34,3 +43,17 @@ def test_a_job_script_submitted_before_the_move_still_ties_its_workload() -> Non
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "tied\n"
+
+
+def test_every_forwarding_module_is_a_command_or_in_the_one_list_of_old_job_paths() -> None:
+    forwarding = {f"{path.parent.name}.{path.stem}" for folder in ("hpc", "trainer")
+                  for path in (REPO / folder).glob("*.py") if "hpc.forwarding import" in path.read_text()}
+    assert forwarding == set(FORWARDED)
+    assert set(IN_JOB) | {"hpc.tied"} == set(OLD_JOB_PATHS)
+
+
+def test_the_old_job_paths_are_gone_by_the_release_that_removes_them() -> None:
+    version = re.search(r'^version = "([0-9.]+)"', (REPO / "pyproject.toml").read_text(), re.MULTILINE).group(1)
+    if tuple(map(int, version.split("."))) >= tuple(map(int, REMOVED_IN.split("."))):
+        left = [old for old in OLD_JOB_PATHS if (REPO / (old.replace(".", "/") + ".py")).exists()]
+        assert not left, f"release {version} removes {left} (hpc/forwarding.py's OLD_JOB_PATHS)"

@@ -1,9 +1,8 @@
-"""Forwarding: trainer.vllm_server moved to trainer.serving.vllm_server (trainer/serving/vllm_server.py).
+"""Old path of trainer.serving.vllm_server (trainer/serving/vllm_server.py), kept for the judge
+block of job scripts rendered before issue 18.
 
-Job scripts rendered before issue 18 run ``python -m trainer.vllm_server``; a run launched then is
-continued with that same script, so this path must keep working until no such run is
-continued any more. Then delete this file (scripts rendered now call trainer.serving.vllm_server).
+One of hpc/forwarding.py's OLD_JOB_PATHS: removed in the release that list names.
 """
-from hpc.forwarding import forward
+from hpc.forwarding import forward_old_job_path
 
-forward(__name__, "trainer.serving.vllm_server")
+forward_old_job_path(__name__, __spec__.name)

@@ -47,12 +47,13 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from hpc.job import notify, successor
 from hpc.job.successor import resubmit
-from hpc.run import ownership
+from hpc.run import ledger, ownership
 from hpc.run.checkpoints import latest_complete, quarantine_incomplete
+from hpc.run.ledger import By, Cancelled, Chain, Done, Failed, JobEnd, JobStart, Outcome, Record, Requeue, Resubmit
 from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError, requeue
@@ -73,9 +74,7 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 ERROR_TAIL_BYTES = 65536
 ERROR_LINE_CHARS = 1000  # a preflight line with its fix fits; a runaway line does not
 
-FINISHED = "finished"
-STOPPED = "stopped_for_time"
-FAILED = "failed"
+FINISHED, STOPPED, FAILED = Outcome.FINISHED, Outcome.STOPPED, Outcome.FAILED
 
 # Decision actions.
 FINISH = "finish"      # training is done: record it, continue nothing
@@ -104,7 +103,7 @@ class SlurmView:
 # -- pure logic -------------------------------------------------------------------------
 
 
-def outcome_of(exit_code: int, done: bool) -> str:
+def outcome_of(exit_code: int, done: bool) -> Outcome:
     """How a workload ended. Exit 0 means it finished (docs/design.md): the
     trainer writes the done marker itself, and for any other entrypoint (an
     evaluation, a smoke workload) ``end`` writes it, so a finished workload is
@@ -116,42 +115,34 @@ def outcome_of(exit_code: int, done: bool) -> str:
     return FAILED
 
 
-def continuations(ledger: Iterable[dict[str, Any]]) -> int:
-    """Continuations so far = requeue + resubmit records (docs/design.md)."""
-    return sum(1 for r in ledger if r.get("event") in ("requeue", "resubmit"))
+JobRun = tuple[JobStart | None, JobEnd | None]
 
 
-def job_runs(ledger: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+def job_runs(records: list[Record]) -> list[JobRun]:
     """Each job_start paired with the job_end that closes it (None if none yet).
 
     A requeued job keeps its id, so a job_end closes the most recent open
-    job_start of the same id; a job_end with no start pairs with ``{}`` (its
+    job_start of the same id; a job_end with no start pairs with None (its
     start step is unknown, so it cannot show progress)."""
-    runs: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
-    for record in ledger:
-        if record.get("event") == "job_start":
+    runs: list[JobRun] = []
+    for record in records:
+        if isinstance(record, JobStart):
             runs.append((record, None))
-        elif record.get("event") == "job_end":
+        elif isinstance(record, JobEnd):
             _close(runs, record)
     return runs
 
 
-def _close(runs: list[tuple[dict[str, Any], dict[str, Any] | None]], end: dict[str, Any]) -> None:
+def _close(runs: list[JobRun], end: JobEnd) -> None:
     for k in range(len(runs) - 1, -1, -1):
         start, closed = runs[k]
-        if closed is None and str(start.get("job_id")) == str(end.get("job_id")):
+        if start is not None and closed is None and start.job_id == end.job_id:
             runs[k] = (start, end)
             return
-    runs.append(({}, end))
+    runs.append((None, end))
 
 
-def since_launch(ledger: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records from the newest launch (``submit``) on: what this launch's jobs did."""
-    launches = [k for k, record in enumerate(ledger) if record.get("event") == "submit"]
-    return ledger[launches[-1]:] if launches else ledger
-
-
-def failures_without_progress(ledger: list[dict[str, Any]]) -> int:
+def failures_without_progress(records: list[Record]) -> int:
     """Consecutive failed jobs of the newest launch, newest first, whose step did not advance.
 
     Any job that stopped for time, finished, or failed after advancing the step
@@ -159,35 +150,37 @@ def failures_without_progress(ledger: list[dict[str, Any]]) -> int:
     starts a fresh count: the user changed something and deserves --max_failures
     attempts, not what the previous launch left."""
     streak = 0
-    for start, end in reversed(job_runs(since_launch(ledger))):
+    for start, end in reversed(job_runs(ledger.since_launch(records))):
         if end is None:
             continue
-        if end.get("outcome") != FAILED or _advanced(start, end):
+        if end.outcome != FAILED or _advanced(start, end):
             break
         streak += 1
     return streak
 
 
-def _advanced(start: dict[str, Any], end: dict[str, Any]) -> bool:
-    try:
-        return int(end.get("step")) > int(start.get("step"))
-    except (TypeError, ValueError):
-        return False
+def _advanced(start: JobStart | None, end: JobEnd) -> bool:
+    return start is not None and start.step is not None and end.step is not None and end.step > start.step
 
 
-def decide(ledger: list[dict[str, Any]], *, done: bool, mode: str, max_resubmits: int,
+def last_end(records: list[Record]) -> JobEnd | None:
+    return next((r for r in reversed(records) if isinstance(r, JobEnd)), None)
+
+
+def decide(records: list[Record], *, done: bool, mode: str, max_resubmits: int,
            max_failures: int, slurm: SlurmView = SlurmView()) -> Decision:
     """What to do after a job, given the ledger *including* this job's job_end."""
     if done:
         return Decision(FINISH, "training finished")
     if slurm.cancelled:
         return Decision(STOP, "the job was cancelled (scancel): the run is not continued; launch again to resume")
-    last = next((r for r in reversed(ledger) if r.get("event") == "job_end"), {})
-    if last.get("outcome") == FAILED and last.get("exit_code") in PERMANENT_EXIT_CODES:
-        return Decision(GIVE_UP, f"configuration error (exit {last.get('exit_code')}), not retried: "
-                                 f"{last.get('error') or 'see the log'}")
-    if last.get("outcome") == FAILED:
-        streak = failures_without_progress(ledger)
+    last = last_end(records)
+    failed = last is not None and last.outcome == FAILED
+    if failed and last is not None and last.exit_code in PERMANENT_EXIT_CODES:
+        return Decision(GIVE_UP, f"configuration error (exit {last.exit_code}), not retried: "
+                                 f"{last.error or 'see the log'}")
+    if failed and last is not None:
+        streak = failures_without_progress(records)
         if streak >= max_failures:
             return Decision(GIVE_UP, f"{streak} failed job(s) in a row without progress "
                                      f"(--max_failures {max_failures}); last {failure_text(last)}")
@@ -195,23 +188,27 @@ def decide(ledger: list[dict[str, Any]], *, done: bool, mode: str, max_resubmits
         return Decision(REQUEUED, "Slurm has requeued this job itself (preemption or an admin): "
                                   "it continues the run, nothing else is submitted")
     if mode == "chain":
-        follower = chain_follower(ledger, last.get("job_id"))
-        if follower is None:
-            return Decision(NONE, "chain mode, and this was the last pre-submitted job: "
-                                  "launch again to continue the run")
-        return Decision(NONE, f"chain mode: the pre-submitted job {follower} continues the run")
-    used = continuations(ledger)
+        return chain_decision(records, last)
+    used = ledger.continuations(records)
     if used >= max_resubmits:
         return Decision(GIVE_UP, f"reached --max_resubmits {max_resubmits} continuations without finishing")
-    why = "stopped for time" if last.get("outcome") == STOPPED else "failed but made progress"
+    why = "stopped for time" if last is not None and last.outcome == STOPPED else "failed but made progress"
     action = REQUEUE if mode == "requeue" else RESUBMIT
     return Decision(action, f"{why}; continuation {used + 1} of at most {max_resubmits}")
 
 
-def failure_text(end: dict[str, Any]) -> str:
+def chain_decision(records: list[Record], last: JobEnd | None) -> Decision:
+    """Chain mode: the pre-submitted job that waits for this one continues the run, if any."""
+    follower = chain_follower(records, last.job_id) if last is not None else None
+    if follower is None:
+        return Decision(NONE, "chain mode, and this was the last pre-submitted job: launch again to continue the run")
+    return Decision(NONE, f"chain mode: the pre-submitted job {follower} continues the run")
+
+
+def failure_text(end: JobEnd) -> str:
     """A failed job in a few words: its exit code and, when it wrote one, its error line."""
-    text = f"exit code {end.get('exit_code')}"
-    return f"{text}: {end['error']}" if end.get("error") else text
+    text = f"exit code {end.exit_code}"
+    return f"{text}: {end.error}" if end.error else text
 
 
 def error_line(log: Path, offset: int = 0) -> str | None:
@@ -244,26 +241,21 @@ def log_size(log: Path) -> int:
         return 0
 
 
-def start_offset(ledger: list[dict[str, Any]], job_id: str) -> int:
+def start_offset(records: list[Record], job_id: str) -> int:
     """Where this job's part of its .err log begins (its job_start's ``err_offset``)."""
-    start = next((r for r in reversed(ledger) if r.get("event") == "job_start"
-                  and str(r.get("job_id")) == job_id), {})
-    offset = start.get("err_offset")
-    return offset if isinstance(offset, int) else 0
+    start = next((r for r in reversed(records) if isinstance(r, JobStart) and r.job_id == job_id), None)
+    return start.err_offset if start is not None else 0
 
 
-def chain_follower(ledger: list[dict[str, Any]], job_id: Any) -> str | None:
+def chain_follower(records: list[Record], job_id: str) -> str | None:
     """The pre-submitted job that waits for ``job_id`` (``chain`` records), if any."""
-    for record in ledger:
-        if record.get("event") == "chain" and str(record.get("after")) == str(job_id):
-            return str(record.get("job_id"))
-    return None
+    return next((r.job_id for r in records if isinstance(r, Chain) and r.after == job_id), None)
 
 
-def unclosed_start(ledger: list[dict[str, Any]]) -> dict[str, Any] | None:
+def unclosed_start(records: list[Record]) -> JobStart | None:
     """The last job_start without a job_end: a job lost before its end hook ran
     (node failure, SIGKILL, requeue by Slurm itself)."""
-    runs = job_runs(ledger)
+    runs = job_runs(records)
     if runs and runs[-1][1] is None:
         return runs[-1][0]
     return None
@@ -345,26 +337,26 @@ def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int, script:
             return EXIT_NOT_OURS
         if note:
             print(f"[continuation] {note}")
-        lost = unclosed_start(run.read_ledger())
+        lost = unclosed_start(ledger.read(run))
         if lost is not None and not resume_after_lost_job(run, lost, current_step(model_dir), job_id, limits):
             return EXIT_NOTHING_TO_DO
         quarantine_incomplete(model_dir)
         step = current_step(model_dir)
-        run.append_ledger("job_start", job_id=job_id, step=step, restart_count=restart_count,
-                          err_offset=log_size(run.log_paths(job_id)[1]), **pack_share())
+        ledger.append(run, JobStart(job_id=job_id, step=step, restart_count=restart_count,
+                                    err_offset=log_size(run.log_paths(job_id)[1]), pack_runs=pack_share()))
         print(f"[continuation] job {job_id} starts from step {step} (restart {restart_count})")
         if script is not None and job_id.isdigit():
             successor.ensure([run], job_id, script)
     return 0
 
 
-def resume_after_lost_job(run: RunDir, lost: dict[str, Any], step: int, job_id: str, limits: Limits) -> bool:
+def resume_after_lost_job(run: RunDir, lost: JobStart, step: int, job_id: str, limits: Limits) -> bool:
     """Record the lost job and decide as its end hook would: False when the run stops here
     (its user cancelled the lost job; --max_failures lost or failed jobs in a row without
     progress; --max_resubmits used up)."""
     if close_lost_job(run, lost, step, job_id) == STOP:
         return False
-    decision = decide(run.read_ledger(), done=False, mode="afterany", max_resubmits=limits.max_resubmits + 1,
+    decision = decide(ledger.read(run), done=False, mode="afterany", max_resubmits=limits.max_resubmits + 1,
                       max_failures=limits.max_failures)
     if decision.action == GIVE_UP:
         give_up(run, decision.reason, None)
@@ -377,54 +369,47 @@ def nothing_to_do(run: RunDir, job_id: str) -> str | None:
     cancelled it (a ``cancelled`` record since the newest launch), this job is a successor
     whose predecessor Slurm requeued (back in the queue, it carries the run on), or another
     job of the run is running."""
-    ledger = run.read_ledger()
-    if cancelled_since_launch(ledger):
+    records = ledger.read(run)
+    if ledger.cancelled_since_launch(records):
         return f"run {run.name} was cancelled by its user (launch again to resume)"
-    before = successor.predecessor(ledger, job_id)
+    before = successor.predecessor(records, job_id)
     if before is not None and before != job_id and successor.still_queued(before):
         return f"job {before}, which this job follows, is back in the queue (requeued by Slurm) and carries the run"
-    running = unclosed_start(ledger)
-    other = str(running.get("job_id")) if running else None
+    running = unclosed_start(records)
+    other = running.job_id if running else None
     if other not in (None, job_id) and successor.queue_state(other) == "RUNNING":
         return f"job {other} is running this run (one job at a time; e.g. a job requeued after its successor began)"
     return None
 
 
-def cancelled_since_launch(ledger: list[dict[str, Any]]) -> bool:
-    """The newest of the launch (``submit``) and ``cancelled`` records is a ``cancelled``."""
-    marks = [r.get("event") for r in ledger if r.get("event") in ("submit", "cancelled")]
-    return bool(marks) and marks[-1] == "cancelled"
-
-
-def pack_share() -> dict[str, int]:
+def pack_share() -> int | None:
     """In a pack job (hpc/job/pack.py): how many runs share it, so accounting charges each its part."""
     runs = os.environ.get("HPC_PACK_RUNS", "")
-    return {"pack_runs": int(runs)} if runs.isdigit() else {}
+    return int(runs) if runs.isdigit() else None
 
 
-def close_lost_job(run: RunDir, lost: dict[str, Any], step: int, job_id: str) -> str:
+def close_lost_job(run: RunDir, lost: JobStart, step: int, job_id: str) -> str:
     """Record the end of a job that never ran its end hook (node failure, kill -9 or OOM kill
     of the job, time limit overrun) with the state accounting gives it, as a failure, so the
     crash guard sees it; return the action. If it is this very job, Slurm requeued it (a lost
     node, with --requeue): that continuation goes in the ledger too. If this job is the lost
     one's successor, it continues the run (a ``resubmit`` record), unless the lost job was
     cancelled by its user: then the run stops (STOP)."""
-    lost_id = str(lost.get("job_id"))
+    lost_id = lost.job_id
     state = successor.ended_state(lost_id, requeued=lost_id == job_id)
-    run.append_ledger("job_end", job_id=lost.get("job_id"), exit_code=None, step=step, outcome=FAILED,
-                      note="ended without its end hook (node failure, kill, or time limit overrun)",
-                      **({"slurm_state": state} if state else {}))
+    ledger.append(run, JobEnd(job_id=lost_id, exit_code=None, step=step, outcome=FAILED, slurm_state=state,
+                              note="ended without its end hook (node failure, kill, or time limit overrun)"))
     print(f"[continuation] job {lost_id} ended without its end hook ({state or 'state unknown'}); "
           f"recorded as failed at step {step}")
     if lost_id == job_id:
-        run.append_ledger("requeue", job_id=job_id, by="slurm")
+        ledger.append(run, Requeue(job_id=job_id, by=By.SLURM))
         return REQUEUED
-    if state == "CANCELLED":
-        run.append_ledger("cancelled", job_id=lost_id)
+    if state == JobState.CANCELLED:
+        ledger.append(run, Cancelled(job_id=lost_id))
         print(f"[continuation] job {lost_id} was cancelled by its user: the run is not continued")
         return STOP
-    if successor.predecessor(run.read_ledger(), job_id) == lost_id:
-        run.append_ledger("resubmit", job_id=job_id, after=lost_id, by="successor")
+    if successor.predecessor(ledger.read(run), job_id) == lost_id:
+        ledger.append(run, Resubmit(job_id=job_id, after=lost_id, by=By.SUCCESSOR))
     return RESUBMIT
 
 
@@ -453,20 +438,19 @@ def end(a: EndArgs) -> Decision:
         if outcome == FINISHED and done is None:  # a workload that is not the trainer finished
             run.mark_done(step)
             done = run.read_done()
-        error = failed_job_error(a, run.read_ledger()) if outcome == FAILED else None
-        run.append_ledger("job_end", job_id=a.job_id, exit_code=a.exit_code, step=step, outcome=outcome,
-                          **({"error": error} if error else {}))
-        ledger = run.read_ledger()
+        error = failed_job_error(a, ledger.read(run)) if outcome == FAILED else None
+        ledger.append(run, JobEnd(job_id=a.job_id, exit_code=a.exit_code, step=step, outcome=outcome, error=error))
+        records = ledger.read(run)
         slurm = SlurmView() if done else slurm_view(a.job_id, a.restart_count)
-        decision = decide(ledger, done=done is not None, mode=a.mode, max_resubmits=a.max_resubmits,
+        decision = decide(records, done=done is not None, mode=a.mode, max_resubmits=a.max_resubmits,
                           max_failures=a.max_failures, slurm=slurm)
         print(f"[continuation] job {a.job_id} ended: exit {a.exit_code}, {outcome} at step {step}; "
               f"{decision.action}: {decision.reason}")
-        carry_out(a, decision, ledger, done)
+        carry_out(a, decision, records, done)
     return decision
 
 
-def carry_out(a: EndArgs, decision: Decision, ledger: list[dict[str, Any]], done: dict[str, Any] | None) -> None:
+def carry_out(a: EndArgs, decision: Decision, records: list[Record], done: dict[str, Any] | None) -> None:
     run = a.run
     if a.packed and decision.action in (REQUEUE, RESUBMIT):
         print(f"[continuation] run {run.name} is in a pack job: the pack continues it (hpc.job.pack end)")
@@ -474,31 +458,31 @@ def carry_out(a: EndArgs, decision: Decision, ledger: list[dict[str, Any]], done
     if decision.action in (FINISH, GIVE_UP, STOP) and not a.packed:
         successor.cancel(run, a.job_id)
     if decision.action == FINISH:
-        if not any(r.get("event") == "done" for r in ledger):
-            run.append_ledger("done", step=(done or {}).get("final_step"))
+        if not ledger.of_kind(records, Done):
+            ledger.append(run, Done(step=(done or {}).get("final_step")))
             notify.tell(run, "done")  # the webhook, if any (hpc/job/notify.py)
     elif decision.action == GIVE_UP:
-        last = next((r for r in reversed(ledger) if r.get("event") == "job_end"), {})
-        give_up(run, decision.reason, a.log_err, last.get("error"))
+        last = last_end(records)
+        give_up(run, decision.reason, a.log_err, last.error if last else None)
     elif decision.action == STOP:
-        run.append_ledger("cancelled", job_id=a.job_id)
+        ledger.append(run, Cancelled(job_id=a.job_id))
     elif decision.action == REQUEUED:
-        run.append_ledger("requeue", job_id=a.job_id, by="slurm")
+        ledger.append(run, Requeue(job_id=a.job_id, by=By.SLURM))
     elif decision.action in (REQUEUE, RESUBMIT):
-        continue_run(a, decision.action, ledger)
+        continue_run(a, decision.action, records)
 
 
-def continue_run(a: EndArgs, action: str, ledger: list[dict[str, Any]]) -> None:
+def continue_run(a: EndArgs, action: str, records: list[Record]) -> None:
     """Requeue where the mode says so (the job keeps its id, so its successor keeps waiting
     on it); else, or where Slurm refuses the requeue, through the successor that already
     waits (one continuation, never two), else by a new follow-up job."""
     if action == REQUEUE and requeued(a.job_id):
-        a.run.append_ledger("requeue", job_id=a.job_id, by="job")
+        ledger.append(a.run, Requeue(job_id=a.job_id, by=By.JOB))
         print(f"[continuation] requeued job {a.job_id}")
         return
-    waiting = successor.pending_of(ledger, a.job_id)
+    waiting = successor.pending_of(records, a.job_id)
     if waiting is not None:
-        a.run.append_ledger("resubmit", job_id=waiting, after=a.job_id, by="successor")
+        ledger.append(a.run, Resubmit(job_id=waiting, after=a.job_id, by=By.SUCCESSOR))
         print(f"[continuation] job {waiting}, queued when this job started, continues the run")
         return
     submit_follower(a)
@@ -511,20 +495,20 @@ def submit_follower(a: EndArgs) -> None:
         give_up(a.run, f"could not continue the run: {err} (where jobs may not submit jobs, launch with "
                        "--chain N)", a.log_err)
         return
-    a.run.append_ledger("resubmit", job_id=new_id, after=a.job_id, script=str(a.script))
+    ledger.append(a.run, Resubmit(job_id=new_id, after=a.job_id, script=str(a.script)))
     print(f"[continuation] submitted job {new_id} to continue after job {a.job_id}")
 
 
-def failed_job_error(a: EndArgs, ledger: list[dict[str, Any]]) -> str | None:
+def failed_job_error(a: EndArgs, records: list[Record]) -> str | None:
     """The error line of this job's part of its .err log (the log Slurm writes, else the run's)."""
     log = Path(a.log_err) if a.log_err else a.run.log_paths(a.job_id)[1]
-    return error_line(log, start_offset(ledger, a.job_id))
+    return error_line(log, start_offset(records, a.job_id))
 
 
 def give_up(run: RunDir, reason: str, log_err: str | None, error: str | None = None) -> None:
     """Mark the run failed: failed.json and the ledger's ``failed`` quote the job's error line."""
     run.mark_failed(reason, log_tail=log_err, error=error)
-    run.append_ledger("failed", reason=reason, log_tail=log_err, **({"error": error} if error else {}))
+    ledger.append(run, Failed(reason=reason, log_tail=log_err, error=error))
     print(f"[continuation] run {run.name} marked failed: {reason}; log: {log_err or '-'}", file=sys.stderr)
     notify.tell(run, "failed", error or reason)  # the webhook, if any (hpc/job/notify.py)
 

@@ -35,6 +35,8 @@ from pathlib import Path
 
 from hpc.job import continuation as cont
 from hpc.job import successor
+from hpc.run import ledger
+from hpc.run.ledger import By, Requeue, Resubmit
 from hpc.run.rundir import RunDir
 from hpc.slurm.calls import SlurmError
 
@@ -106,11 +108,11 @@ def device_slice(env: dict[str, str] | os._Environ, first: int, count: int) -> l
 
 def wants_to_continue(member: Member, job_id: str, settings: "Settings", slurm: cont.SlurmView) -> bool:
     """The member ran in this job and its own rule (hpc.job.continuation.decide) says continue."""
-    ledger = member.run.read_ledger()
-    ends = [r for r in ledger if r.get("event") == "job_end"]
-    if not ends or str(ends[-1].get("job_id")) != job_id:
+    records = ledger.read(member.run)
+    last = cont.last_end(records)
+    if last is None or last.job_id != job_id:
         return False
-    decision = cont.decide(ledger, done=member.run.read_done() is not None, mode=settings.mode,
+    decision = cont.decide(records, done=member.run.read_done() is not None, mode=settings.mode,
                            max_resubmits=settings.max_resubmits, max_failures=settings.max_failures, slurm=slurm)
     return decision.action in CONTINUE
 
@@ -136,7 +138,7 @@ def begin(members: list[Member], job_id: str, script: Path) -> int:
     successor for the members with work (hpc/job/successor.py)."""
     working = [m for m in members if has_work(m.run)]
     for m in working:
-        before = successor.predecessor(m.run.read_ledger(), job_id)
+        before = successor.predecessor(ledger.read(m.run), job_id)
         if before is not None and before != job_id and successor.still_queued(before):
             print(f"[pack] job {before}, which this job follows, is back in the queue and carries the runs")
             return cont.EXIT_NOTHING_TO_DO
@@ -148,7 +150,7 @@ def begin(members: list[Member], job_id: str, script: Path) -> int:
 def waiting_successor(members: list[Member], job_id: str) -> tuple[Member, str] | None:
     """The pack's successor still waiting on this job, with a member whose ledger names it."""
     for m in members:
-        waiting = successor.pending_of(m.run.read_ledger(), job_id)
+        waiting = successor.pending_of(ledger.read(m.run), job_id)
         if waiting is not None:
             return m, waiting
     return None
@@ -169,12 +171,12 @@ def end(members: list[Member], job_id: str, settings: Settings, restart_count: i
     names = ", ".join(m.run.name for m in going)
     if settings.mode == "requeue" and not fewer and cont.requeued(job_id):
         for m in going:
-            m.run.append_ledger("requeue", job_id=job_id, by="job")
+            ledger.append(m.run, Requeue(job_id=job_id, by=By.JOB))
         print(f"[pack] requeued job {job_id} for {names}")
         return going
     if waiting is not None:
         for m in going:
-            m.run.append_ledger("resubmit", job_id=waiting[1], after=job_id, by="successor")
+            ledger.append(m.run, Resubmit(job_id=waiting[1], after=job_id, by=By.SUCCESSOR))
         print(f"[pack] job {waiting[1]}, queued when this job started, continues {names}")
         return going
     try:
@@ -184,7 +186,7 @@ def end(members: list[Member], job_id: str, settings: Settings, restart_count: i
             cont.give_up(m.run, f"could not continue the pack job: {err}", None)
         return []
     for m in going:
-        m.run.append_ledger("resubmit", job_id=new_id, after=job_id, script=str(settings.script))
+        ledger.append(m.run, Resubmit(job_id=new_id, after=job_id, script=str(settings.script)))
     print(f"[pack] submitted job {new_id} after job {job_id} for {names}")
     return going
 

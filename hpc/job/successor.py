@@ -27,28 +27,29 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
+from hpc.run import ledger
+from hpc.run.ledger import Record, Successor
 from hpc.run.rundir import RunDir
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
 from hpc.slurm.output import run_order
 from hpc.slurm.states import QUEUED, JobState
 
-EVENT = "successor"
 QUERY_TIMEOUT = 20  # seconds: a job near its limit asks briefly, and takes no answer as "not known"
 
 
-def of(ledger: list[dict[str, Any]], job_id: str) -> str | None:
+def of(records: list[Record], job_id: str) -> str | None:
     """The newest successor submitted for ``job_id``, if any."""
-    found = [r for r in ledger if r.get("event") == EVENT and str(r.get("after")) == str(job_id)]
-    return str(found[-1]["job_id"]) if found else None
+    found = [r.job_id for r in ledger.of_kind(records, Successor) if r.after == job_id]
+    return found[-1] if found else None
 
 
-def predecessor(ledger: list[dict[str, Any]], job_id: str) -> str | None:
+def predecessor(records: list[Record], job_id: str) -> str | None:
     """The job that ``job_id`` was submitted to follow, when it is a successor."""
-    found = [r for r in ledger if r.get("event") == EVENT and str(r.get("job_id")) == str(job_id)]
-    return str(found[-1]["after"]) if found else None
+    found = [r.after for r in ledger.of_kind(records, Successor) if r.job_id == job_id]
+    return found[-1] if found else None
 
 
 def queue_state(job_id: str) -> JobState | None:
@@ -65,9 +66,9 @@ def still_queued(job_id: str) -> bool:
     return queue_state(job_id) in QUEUED
 
 
-def pending_of(ledger: list[dict[str, Any]], job_id: str) -> str | None:
+def pending_of(records: list[Record], job_id: str) -> str | None:
     """This job's successor, if it is still waiting (not started, not cancelled)."""
-    succ = of(ledger, job_id)
+    succ = of(records, job_id)
     return succ if succ is not None and queue_state(succ) == JobState.PENDING else None
 
 
@@ -96,10 +97,10 @@ def ensure(runs: Sequence[RunDir], job_id: str, script: Path, options: tuple[str
     """Queue this job's successor unless one already waits (a requeued job keeps its own);
     record it in every run's ledger. None (said on stderr) where Slurm refuses the submission,
     or where this is no job Slurm runs (sbatch would take a dependency on an unknown job id)."""
-    if queue_state(job_id) != "RUNNING":  # a job script run by hand or by a test: Slurm runs no such job
+    if queue_state(job_id) != JobState.RUNNING:  # a job script run by hand or by a test: Slurm runs no such job
         print(f"[continuation] job {job_id} is not running in Slurm: no successor queued")
         return None
-    waiting = pending_of(runs[0].read_ledger(), job_id)
+    waiting = pending_of(ledger.read(runs[0]), job_id)
     if waiting is not None:
         print(f"[continuation] job {waiting} already waits to follow job {job_id}")
         return waiting
@@ -110,14 +111,14 @@ def ensure(runs: Sequence[RunDir], job_id: str, script: Path, options: tuple[str
               "and a job lost without it is not continued", file=sys.stderr)
         return None
     for run in runs:
-        run.append_ledger(EVENT, job_id=new_id, after=job_id, script=str(script))
+        ledger.append(run, Successor(job_id=new_id, after=job_id, script=str(script)))
     print(f"[continuation] queued job {new_id} to follow job {job_id} (afterany), whatever ends this one")
     return new_id
 
 
 def cancel(run: RunDir, job_id: str) -> None:
     """Cancel this job's waiting successor: the run stops here (its begin hook would exit at once anyway)."""
-    waiting = pending_of(run.read_ledger(), job_id)
+    waiting = pending_of(ledger.read(run), job_id)
     if waiting is None:
         return
     try:

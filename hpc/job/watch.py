@@ -21,9 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from hpc.job import notify
-from hpc.run.steps import parse_time, read_steps
+from hpc.run import ledger
 from hpc.run.health import Flag, HealthSettings, SettingError, check
+from hpc.run.ledger import JobStart
 from hpc.run.rundir import RunDir
+from hpc.run.steps import trained_steps
 
 DEFAULT_INTERVAL = 60.0
 
@@ -36,7 +38,7 @@ class Watcher:
         self.told: set[str] = set()
 
     def flags(self, now: datetime) -> list[Flag]:
-        return check(read_steps(self.run), self.run.read_validations(), self.job_id, "RUNNING", self.job_start,
+        return check(trained_steps(self.run), self.run.read_validations(), self.job_id, "RUNNING", self.job_start,
                      now, self.settings)
 
     def once(self, now: datetime) -> list[Flag]:
@@ -51,8 +53,7 @@ class Watcher:
 
 def job_start_of(run: RunDir, job_id: str) -> datetime | None:
     """When the begin hook started this job (its latest job_start: a requeued job has several)."""
-    starts = [parse_time(r.get("time")) for r in run.read_ledger()
-              if r.get("event") == "job_start" and str(r.get("job_id")) == job_id]
+    starts = [r.moment for r in ledger.of_kind(ledger.read(run), JobStart) if r.job_id == job_id]
     return next((s for s in reversed(starts) if s is not None), None)
 
 

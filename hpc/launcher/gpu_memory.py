@@ -12,7 +12,8 @@ What ART's LocalBackend puts on a GPU (sizes in GiB; ``G`` is one GPU):
   otherwise), plus about 2 GiB of CUDA graphs and activations, all within its
   share ``gpu_memory_utilization x G``.
 - Unsloth keeps the base model at 4 bit (about 0.55 bytes a parameter with
-  scales and the bf16 embeddings) plus the LoRA and its optimizer state resident,
+  scales and the bf16 embeddings; 2 bytes in bf16 with ``load_in_4bit: false``)
+  plus the LoRA and its optimizer state resident,
   and while training adds activations (offloaded checkpoints, chunked logprobs:
   a few bytes per token and hidden unit).
 - ``gpu_mode: shared`` (ART's default): both on one GPU. vLLM sleeps while
@@ -26,7 +27,7 @@ edge passes and may still need tuning on the GPU.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -38,6 +39,7 @@ GIB = 2**30
 CUDA_CONTEXT_GIB = 1.0  # per process on a GPU
 VLLM_OVERHEAD_GIB = 2.0  # CUDA graphs, activations, LoRA slots
 QUANT_BYTES_PER_PARAM = 0.55  # NF4 weights + scales + bf16 embeddings, averaged
+BF16_BYTES_PER_PARAM = 2.0  # the training copy with load_in_4bit: false
 LORA_AND_OPTIMIZER_GIB = 1.0
 ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 8  # checkpointed, offloaded activations and logprob chunks
 _SIZE_IN_NAME = re.compile(r"(\d+(?:\.\d+)?)[Bb](?![a-z])")
@@ -67,6 +69,7 @@ class Plan:
     gpu_mode: str
     utilization: float
     max_seq_length: int
+    load_in_4bit: bool = True  # the config key: Unsloth's copy of the base model in 4 bits (else bf16)
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,8 @@ def model_shape(base_model: str) -> ModelShape | None:
 def estimate(shape: ModelShape, plan: Plan) -> Estimate:
     vllm_need = (shape.params_b * 1e9 * 2 / GIB + shape.kv_gib_per_token() * plan.max_seq_length
                  + VLLM_OVERHEAD_GIB)
-    resident = shape.params_b * 1e9 * QUANT_BYTES_PER_PARAM / GIB + LORA_AND_OPTIMIZER_GIB + CUDA_CONTEXT_GIB
+    per_param = QUANT_BYTES_PER_PARAM if plan.load_in_4bit else BF16_BYTES_PER_PARAM
+    resident = shape.params_b * 1e9 * per_param / GIB + LORA_AND_OPTIMIZER_GIB + CUDA_CONTEXT_GIB
     peak = resident + plan.max_seq_length * shape.hidden * ACTIVATION_BYTES_PER_TOKEN_HIDDEN / GIB
     usable = plan.gpu_gib - CUDA_CONTEXT_GIB
     if plan.gpu_mode == "dedicated":
@@ -147,7 +151,7 @@ def ways_that_fit(shape: ModelShape, plan: Plan, gpus_per_node: int) -> list[str
     """Launcher flags that make the estimate fit, best first."""
     ways = []
     if plan.gpu_mode == "shared" and gpus_per_node >= 2:
-        dedicated = Plan(plan.gpu_gib, "dedicated", max(plan.utilization, VLLM_SHARE["dedicated"]), plan.max_seq_length)
+        dedicated = replace(plan, gpu_mode="dedicated", utilization=max(plan.utilization, VLLM_SHARE["dedicated"]))
         if estimate(shape, dedicated).fits:
             ways.append(train_args(gpu_mode="dedicated", gpu_memory_utilization=dedicated.utilization))
         elif (seq := longest_sequence(shape, dedicated)) is not None:
@@ -170,7 +174,7 @@ def train_args(**settings: object) -> str:
 def longest_sequence(shape: ModelShape, plan: Plan, step: int = 1024) -> int | None:
     """The longest max_seq_length (a multiple of ``step``, at least 8192) that fits, if any."""
     for seq in range(plan.max_seq_length - step, 8191, -step):
-        if estimate(shape, Plan(plan.gpu_gib, plan.gpu_mode, plan.utilization, seq)).fits:
+        if estimate(shape, replace(plan, max_seq_length=seq)).fits:
             return seq
     return None
 
@@ -190,6 +194,6 @@ def family(name: str) -> str:
 
 def smallest_gpu_that_fits(shape: ModelShape, plan: Plan) -> int:
     gib = int(plan.gpu_gib) + 1
-    while not estimate(shape, Plan(gib, plan.gpu_mode, plan.utilization, plan.max_seq_length)).fits:
+    while not estimate(shape, replace(plan, gpu_gib=gib)).fits:
         gib += 1
     return gib

@@ -61,7 +61,7 @@ def check_memory(trainer: "TrainerConfig", mode: str, cluster: Cluster) -> str:
     """The estimate's line; a UsageError naming the ways that fit when it does not."""
     if trainer.backend != "local":
         return f"not estimated (backend {trainer.backend})"
-    plan = Plan(cluster.gpu_memory_gb, mode, vllm_share(trainer, mode), trainer.max_seq_length)
+    plan = Plan(cluster.gpu_memory_gb, mode, vllm_share(trainer, mode), trainer.max_seq_length, trainer.load_in_4bit)
     where = f"{cluster.gpu_memory_gb} GB GPUs of {cluster.name}"
     fit = check_fit(trainer.base_model, plan, cluster.gpus_per_node, where)
     if not fit.ok:

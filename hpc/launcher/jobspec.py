@@ -21,6 +21,7 @@ from hpc.errors import UsageError
 from hpc.launcher.managed_vars import refuse_managed
 from hpc.launcher.network import Tunnel
 from hpc.job.ray_cluster import highest_port
+from hpc.job.workload_env import Job, job_env, launch_names
 from hpc.run.rundir import RUN_NAME_RE, RunDir
 from hpc.launcher.timelimit import ACCEPTED as TIME_FORMATS
 from hpc.launcher.timelimit import format_minutes, parse_time_limit
@@ -129,6 +130,12 @@ class JobSpec:
         """The command the job runs: the trainer, or a test workload."""
         return ["python", "-m", self.entrypoint, "--config", self.config, *self.train_args]
 
+    def workload_job(self) -> Job:
+        """What the job script gives its workload, as hpc/job/workload_env.py defines it."""
+        return Job(run_dir=self.run_dir.path, model_dir=None if self.pack else self.model_dir,
+                   cluster=self.cluster.name, internet=self.cluster.internet, job_name=self.job_name,
+                   script=self.script_path, repo=REPO_DIR)
+
     def template_context(self) -> dict[str, Any]:
         logs = self.run_dir.logs_dir
         return {
@@ -150,6 +157,7 @@ class JobSpec:
             "ray_join_timeout": self.ray_join_timeout,
             "continuation": self.continuation,
             "workload": self.workload,
+            "job_env": job_env(self.workload_job()),
             "env": self.env.public(),
             "repo_dir": str(REPO_DIR),
             "venv_activate": str(Path(sys.prefix) / "bin" / "activate"),
@@ -294,10 +302,7 @@ def outer_env(cluster: Cluster, job_name: str | None = None) -> dict[str, str]:
     """What a ${VAR} in a dotenv file may refer to besides the files' own variables:
     the caller's environment (SCRATCH on a login node) and the HPC_* names the
     launcher defines (HPC_RUN_DIR is added once the runs directory is known)."""
-    outer = {**os.environ, "HPC_REPO": str(REPO_DIR), "HPC_CLUSTER": cluster.name}
-    if job_name is not None:
-        outer["HPC_JOB_NAME"] = job_name
-    return outer
+    return {**os.environ, **launch_names(cluster.name, job_name, REPO_DIR)}
 
 
 def dotenv_setting(name: str, cluster: Cluster) -> str | None:

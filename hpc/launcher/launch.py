@@ -66,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the job resumes from its latest LoRA checkpoint until training is done.",
         formatter_class=_HelpFormatter,
     )
+    for add_group in (add_job_flags, add_resource_flags, add_sweep_flags, add_workload_flags, add_continuation_flags):
+        add_group(p)
+    return p
+
+
+def add_job_flags(p: argparse.ArgumentParser) -> None:
     job = p.add_argument_group("job")
     job.add_argument("--job_name", required=True,
                      help="run name: [A-Za-z0-9._=+-]{1,64}; also the run directory (a sweep's name with --sweep)")
@@ -82,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(they refuse a job that cannot work before it waits in the queue; the job checks "
                           "again on its node)")
     job.add_argument("--runs_dir", default=None, help="where run directories live; default: RUNS_DIR from dotenv, else <repo>/runs")
+
+
+def add_resource_flags(p: argparse.ArgumentParser) -> None:
     res = p.add_argument_group("resources")
     res.add_argument("--partition", default=None, help="Slurm partition; default: the cluster's")
     res.add_argument("--account", default=None, help="account/budget; default: the cluster's account variable from dotenv")
@@ -101,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(clusters without a judge API); default: JUDGE_SERVE_MODEL from dotenv, else none")
     res.add_argument("--judge_gpus", type=integer, default=None,
                      help="GPUs of the served judge; default: JUDGE_SERVE_GPUS from dotenv, else 1")
+
+
+def add_sweep_flags(p: argparse.ArgumentParser) -> None:
     sweep = p.add_argument_group("sweeps (one run per combination; hpc/launcher/sweeps.py)")
     sweep.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,...",
                        help="sweep a trainer config key over values (repeatable: every combination; default: none)")
@@ -108,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the sweep as a YAML mapping of key to values, instead of or beside --sweep; default: none")
     sweep.add_argument("--pack", default="auto", metavar="auto|off|N",
                        help="runs of a sweep per job, each on its own GPUs: auto packs where nodes are charged whole")
+
+
+def add_workload_flags(p: argparse.ArgumentParser) -> None:
     work = p.add_argument_group("workload")
     work.add_argument("--config", default=DEFAULT_CONFIG, help="trainer config under trainer/configs/")
     work.add_argument("--train_arg", action="append", default=[], metavar="KEY=VALUE",
@@ -115,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     work.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                       help="environment variable for the job; wins over dotenv files (repeatable; default: none)")
     work.add_argument("--entrypoint", default=DEFAULT_ENTRYPOINT, help="Python module the job runs with -m")
+
+
+def add_continuation_flags(p: argparse.ArgumentParser) -> None:
     cont = p.add_argument_group("continuation (resubmission with resume)")
     cont.add_argument("--signal_grace", type=integer, default=None,
                       help="seconds before the time limit at which the job is told (USR1) to stop and save; "
@@ -130,7 +148,6 @@ def build_parser() -> argparse.ArgumentParser:
     cont.add_argument("--init_from", default=None, metavar="RUN[:STEP]",
                       help="start this new run from another run's checkpoint (its latest complete one, or STEP), "
                            "copied into this run's own model folder as its step 0; default: none")
-    return p
 
 
 # -- --dry_run --preflight ----------------------------------------------------------------
@@ -163,17 +180,6 @@ def login_preflight(spec: JobSpec) -> int:
     return 0 if result.code == 0 else 1
 
 
-def preflight_refuses(args: argparse.Namespace, spec: JobSpec) -> bool:
-    """Before submitting the trainer: the login-side preflight (hpc/launcher/queue_preflight.py), unless
-    --no_preflight, or the run is finished (nothing will be submitted)."""
-    slurm.require_sbatch()  # no Slurm here: say that first, not what the checks find
-    if args.no_preflight or not queue_preflight.applies(spec):
-        return False
-    if spec.run_dir.read_done() is not None and not args.restart:
-        return False
-    return not queue_preflight.gate(spec)
-
-
 def launch_sweep(args: argparse.Namespace, argv: list[str], registry: Registry) -> int:
     from hpc.launcher import sweep_launch  # loaded only for a sweep
 
@@ -197,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             print_preview(spec, script, args.restart)
             return login_preflight(spec) if args.preflight else 0
-        if preflight_refuses(args, spec):
+        slurm.require_sbatch()  # no Slurm here: say that first, not what the checks find
+        finished = spec.run_dir.read_done() is not None and not args.restart  # nothing will be submitted
+        if queue_preflight.refuses(None if finished else spec, args.no_preflight):
             return 1
         return submit_run(spec, script, argv, args.restart)
     except UsageError as err:  # one line, whatever a value quoted in it holds

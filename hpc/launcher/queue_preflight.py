@@ -5,8 +5,9 @@ environment lacks, a model missing from an offline cluster's HF cache, an
 output folder it cannot write) would otherwise wait its turn in the queue,
 hours on a busy cluster, only to fail in seconds. So ``hpc.launch`` runs
 trainer/training/preflight.py ``--where login`` with the job's environment before it
-submits, and refuses (exit 1, nothing submitted or written) with the checks'
-own one-line fixes when one fails for good; ``--no_preflight`` skips it.
+submits (``refuses``: a single run's, a sweep's first run to launch), and refuses
+(exit 1, nothing submitted or written) with the checks' own one-line fixes when one
+fails for good; ``--no_preflight`` skips it.
 
 The checks run in a child process: litellm, httpx and the trainer's config
 loader stay out of the launcher (``--dry_run`` must stay import-light).
@@ -23,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from hpc.job import workload_env
 from hpc.launcher.jobspec import DEFAULT_ENTRYPOINT, REPO_DIR, JobSpec
 
 TIMEOUT = 300  # seconds for the whole check (the judge's own timeout is the config's preflight_timeout)
@@ -58,10 +60,10 @@ def applies(spec: JobSpec) -> bool:
 
 def job_env(spec: JobSpec) -> dict[str, str]:
     """The job's environment as the preflight needs it: the merged dotenv (secrets included: the
-    judge's key is checked, never printed) and what the job script adds (run, model folder, internet)."""
+    judge's key is checked, never printed) and what every job script adds (hpc/job/workload_env.py:
+    the run, its model folder, internet or not)."""
     served = getattr(spec, "judge", None)  # --judge_serve: a judge only the job can ask
-    return {**os.environ, **spec.env.values, "HPC_RUN_DIR": str(spec.run_dir.path),
-            "HPC_MODEL_DIR": str(spec.model_dir), "HPC_NO_INTERNET": "0" if spec.cluster.internet else "1",
+    return {**os.environ, **spec.env.values, **workload_env.job_env(spec.workload_job()),
             "LITELLM_LOCAL_MODEL_COST_MAP": "True", **({"HPC_JUDGE_SERVED": served.model} if served else {})}
 
 
@@ -76,6 +78,15 @@ def run(spec: JobSpec) -> Result:
     except subprocess.TimeoutExpired:
         return Result(-1, "", f"the checks did not finish within {TIMEOUT} s", time.monotonic() - began)
     return Result(done.returncode, done.stdout, done.stderr, time.monotonic() - began)
+
+
+def refuses(spec: JobSpec | None, skip: bool) -> bool:
+    """Before submitting: True when the login-side preflight refuses ``spec`` (said on stderr); False
+    to go on, also with nothing to check (no run to launch, ``--no_preflight``, a workload that is
+    not the trainer). hpc.launch asks it for its run, a sweep for its first run to launch."""
+    if spec is None or skip or not applies(spec):
+        return False
+    return not gate(spec)
 
 
 def gate(spec: JobSpec) -> bool:

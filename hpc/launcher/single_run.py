@@ -12,11 +12,12 @@ import shlex
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpc.run.checkpoints import latest_complete, model_dir
 from hpc.launcher.clusters import Cluster, Registry
-from hpc.run import init_from, ownership
+from hpc.run import init_from, ledger, ownership
+from hpc.run.ledger import Chain, Submit
 from hpc.launcher import packing
 from hpc.job import vllm_runtime
 from hpc.launcher.envfiles import EnvLayer, MergedEnv, merge_layers, redact_argv
@@ -62,16 +63,7 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
     cluster = detection.cluster
     job_name = check_job_name(args.job_name)
     time_limit = check_time_limit(args.time_limit, cluster)
-    num_nodes = check_range("--num_nodes", args.num_nodes, 1, cluster.max_nodes, f" on {cluster.name}")
-    cpus = check_range("--cpus_per_task",
-                       cluster.cpus_per_task if args.cpus_per_task is None else args.cpus_per_task, 1, 4096)
-    limit_seconds = parse_time_limit(time_limit) * 60
-    grace = args.signal_grace if args.signal_grace is not None else default_signal_grace(limit_seconds)
-    grace = check_range("--signal_grace", grace, 10, max(limit_seconds - 10, 10), " seconds (less than the time limit)")
-    check_range("--max_resubmits", args.max_resubmits, 0, 10_000)
-    check_range("--max_failures", args.max_failures, 1, 1_000)
-    if args.chain is not None:
-        check_range("--chain", args.chain, 1, 1_000)
+    num_nodes, cpus, grace = check_numbers(args, cluster, time_limit)
     ray_port = check_ray_port(args.ray_port or cluster.ray_port, num_nodes)
     config = check_config(args.config)
     train_args = check_train_args(args.train_arg)
@@ -119,6 +111,22 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
         gpu_line=packing.describe(use, [job_name]),
         gpu_mode=gpus.gpu_mode,
     )
+
+
+def check_numbers(args: argparse.Namespace, cluster: Cluster, time_limit: str) -> tuple[int, int, int]:
+    """--num_nodes, --cpus_per_task and --signal_grace as the job gets them, and the continuation's
+    counts, checked in this order (the first bad one is the error)."""
+    num_nodes = check_range("--num_nodes", args.num_nodes, 1, cluster.max_nodes, f" on {cluster.name}")
+    cpus = check_range("--cpus_per_task",
+                       cluster.cpus_per_task if args.cpus_per_task is None else args.cpus_per_task, 1, 4096)
+    limit_seconds = parse_time_limit(time_limit) * 60
+    grace = args.signal_grace if args.signal_grace is not None else default_signal_grace(limit_seconds)
+    grace = check_range("--signal_grace", grace, 10, max(limit_seconds - 10, 10), " seconds (less than the time limit)")
+    check_range("--max_resubmits", args.max_resubmits, 0, 10_000)
+    check_range("--max_failures", args.max_failures, 1, 1_000)
+    if args.chain is not None:
+        check_range("--chain", args.chain, 1, 1_000)
+    return num_nodes, cpus, grace
 
 
 def job_env(args: argparse.Namespace, layers: list[EnvLayer], outer: dict[str, str], cluster: Cluster,
@@ -259,12 +267,6 @@ def restart_run(spec: JobSpec) -> None:
             print(f"--restart: moved {path} aside to {moved}")
 
 
-def ledger_job_ids(run_dir: RunDir) -> list[str]:
-    events = ("submit", "chain", "resubmit", "successor")
-    ids = [str(r["job_id"]) for r in run_dir.read_ledger() if r.get("event") in events]
-    return list(dict.fromkeys(ids))
-
-
 # -- preview and submission -------------------------------------------------------
 
 
@@ -338,7 +340,7 @@ def submit_run(spec: JobSpec, script: str, argv: list[str], restart: bool) -> in
 
 
 def refuse_active(spec: JobSpec) -> None:
-    active = slurm.active_jobs(ledger_job_ids(spec.run_dir))
+    active = slurm.active_jobs(ledger.job_ids(ledger.read(spec.run_dir)))
     if active:
         listed = ", ".join(f"{job} ({state})" for job, state in active.items())
         raise ActiveJobs(f"run {spec.job_name} already has active job(s) {listed}; nothing submitted "
@@ -368,16 +370,15 @@ def prepare_run(spec: JobSpec, script: str, restart: bool) -> bool:
 
 
 def submit_chain(spec: JobSpec, argv: list[str]) -> list[str]:
-    common = {"cluster": spec.cluster.name, "script": str(spec.script_path),
-              "git_commit": slurm.git_commit(REPO_DIR), "argv": argv}
+    commit = slurm.git_commit(REPO_DIR)
     job_ids: list[str] = []
     for k in range(spec.continuation.chain):
         after = job_ids[-1] if job_ids else None
         job_id = slurm.submit(spec.script_path, f"afterany:{after}" if after else None)
         out, err = spec.run_dir.log_paths(job_id)
-        event = "submit" if after is None else "chain"
-        extra = {"after": after} if after else {}
-        spec.run_dir.append_ledger(event, job_id=job_id, **common, log_out=str(out), log_err=str(err), **extra)
+        common: dict[str, Any] = {"job_id": job_id, "cluster": spec.cluster.name, "script": str(spec.script_path),
+                                  "git_commit": commit, "argv": argv, "log_out": str(out), "log_err": str(err)}
+        ledger.append(spec.run_dir, Submit(**common) if after is None else Chain(**common, after=after))
         job_ids.append(job_id)
     return job_ids
 

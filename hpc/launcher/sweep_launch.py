@@ -29,6 +29,8 @@ from hpc.launcher.clusters import Registry
 from hpc.launcher.envfiles import merge_layers, redact_argv
 from hpc.errors import UsageError
 from hpc.launcher.jobspec import JobSpec, Pack, PackMember, check_job_name, env_layers, outer_env, resolve_runs_dir
+from hpc.run import ledger
+from hpc.run.ledger import Submit
 from hpc.run.rundir import SweepDir
 
 
@@ -99,7 +101,7 @@ def member_spec(args: argparse.Namespace, member: sweeps.Member, registry: Regis
 
 def run_state(spec: JobSpec, active: dict[str, str], restart: bool) -> tuple[str, bool]:
     """Where the run stands and whether it needs a job (``active``: the sweep's queued and running jobs)."""
-    mine = {job: state for job, state in active.items() if job in single_run.ledger_job_ids(spec.run_dir)}
+    mine = {job: state for job, state in active.items() if job in ledger.job_ids(ledger.read(spec.run_dir))}
     if mine:
         jobs = ", ".join(f"{job} ({state})" for job, state in mine.items())
         return f"has job(s) {jobs}: left alone", False
@@ -114,7 +116,7 @@ def plan(args: argparse.Namespace, registry: Registry) -> SweepPlan:
     if not members:
         raise UsageError(f"sweep {sweep.name!r} has no runs: give --sweep KEY=V1,V2 or --sweep_file")
     specs = [member_spec(args, member, registry) for member in members]
-    active = slurm.active_jobs([job for spec in specs for job in single_run.ledger_job_ids(spec.run_dir)])  # one squeue
+    active = slurm.active_jobs([job for spec in specs for job in ledger.job_ids(ledger.read(spec.run_dir))])  # one squeue
     runs = [Planned(member, spec, *run_state(spec, active, args.restart)) for member, spec in zip(members, specs)]
     return SweepPlan(sweep, runs, jobs_per_pack(args, specs), tuple(args.env))
 
@@ -235,7 +237,8 @@ def table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 def submit(plan: SweepPlan, args: argparse.Namespace, argv: list[str]) -> int:
     slurm.require_sbatch()
-    if preflight_refuses(plan, args):
+    # the first run to launch: the sweep's runs share the data, keys, backend and folders the checks look at
+    if queue_preflight.refuses(next((r.spec for r in plan.runs if r.launch), None), args.no_preflight):
         return 1
     record_sweep(plan)
     for k, group in enumerate(plan.groups(), 1):
@@ -244,15 +247,6 @@ def submit(plan: SweepPlan, args: argparse.Namespace, argv: list[str]) -> int:
         else:
             submit_alone(group[0], plan.sweep.name, argv, args.restart)
     return 0
-
-
-def preflight_refuses(plan: SweepPlan, args: argparse.Namespace) -> bool:
-    """The login-side preflight (hpc/launcher/queue_preflight.py) for the first run to launch: its runs
-    share the data, keys, backend and folders the checks look at; --no_preflight skips it."""
-    first = next((r.spec for r in plan.runs if r.launch), None)
-    if args.no_preflight or first is None or not queue_preflight.applies(first):
-        return False
-    return not queue_preflight.gate(first)
 
 
 def record_sweep(plan: SweepPlan) -> None:
@@ -317,10 +311,10 @@ def record_submit(run: Planned, pack: JobSpec, job_id: str, commit: str | None, 
     """The pack job in the run's ledger, with the run's own script and logs (hpc.launch's submit record)."""
     assert pack.pack is not None
     out, err = run.spec.run_dir.log_paths(job_id)
-    run.spec.run_dir.append_ledger(
-        "submit", job_id=job_id, cluster=pack.cluster.name, script=str(run.spec.script_path),
+    ledger.append(run.spec.run_dir, Submit(
+        job_id=job_id, cluster=pack.cluster.name, script=str(run.spec.script_path),
         pack=pack.job_name, pack_script=str(pack.script_path), pack_runs=len(pack.pack.members),
-        git_commit=commit, argv=argv, log_out=str(out), log_err=str(err))
+        git_commit=commit, argv=argv, log_out=str(out), log_err=str(err)))
 
 
 def launch_sweep(args: argparse.Namespace, argv: list[str], registry: Registry) -> int:

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from hpc import yamlfile
-from hpc.errors import UsageError
+from hpc.errors import UsageError, one_line
 from hpc.launcher.jobspec import JOB_NAME_RE, TRAIN_ARG_KEY_RE
 
 MAX_RUNS = 256  # a typo like --sweep seed=1,...,1000 should not submit a thousand jobs
@@ -120,10 +120,6 @@ def yaml_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def one_line(error: Exception) -> str:
-    return " ".join(str(error).split())
 
 
 def check_axes(axes: list[Axis], train_args: list[str]) -> list[Axis]:

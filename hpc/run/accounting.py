@@ -42,30 +42,29 @@ it are counted) is charged to each of them in equal parts. Goodput = productive 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from hpc.run import health
+from hpc.run import health, ledger
+from hpc.run.ledger import Chain, JobEnd, JobStart, Outcome, Record, Resubmit, Submit, Successor
 from hpc.run.rundir import RunDir
-from hpc.run.steps import Step, parse_time, read_steps, span
+from hpc.run.steps import Step, parse_time, span, trained_steps, usual_step_seconds
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
 from hpc.slurm.output import SacctRow, run_order
 from hpc.slurm.states import JobState
 # A successor (hpc/job/successor.py) is submitted when its predecessor starts, hours before the
 # ``resubmit`` that names it: its ``successor`` record is its submission.
-SUBMITTING_EVENTS = ("submit", "chain", "successor", "resubmit")
+SUBMITTING = (Submit, Chain, Successor, Resubmit)
 # A sacct row submitted this long before the ledger first names its job id is another job
 # that had the id (a Slurm whose job ids started again), not the run's.
 ID_REUSE_SLACK = timedelta(minutes=10)
 MATCH_SLACK = timedelta(seconds=90)  # records written just after a job run's end still belong to it
 EARLY = timedelta(seconds=2)  # sacct and the run's records round to whole seconds
 RECENT_JOB_RUNS = 3  # GPU-h per step is measured over the run's latest job runs that trained
-RECENT_STEPS = 10
 
 KINDS = ("queued", "starting", "training", "between", "in_flight", "stalled", "lost", "idle")
 LABELS = {
@@ -80,7 +79,7 @@ LABELS = {
 }
 WASTED = ("starting", "between", "stalled", "lost", "idle")  # allocated time that trained nothing
 SHORT = {"starting": "start-up", "between": "validation", "stalled": "stalled", "lost": "abandoned", "idle": "idle"}
-ENDED_BADLY = ("failed",)  # job_end outcomes whose step in flight died with the job
+ENDED_BADLY = (Outcome.FAILED,)  # job_end outcomes whose step in flight died with the job
 
 
 # -- records ---------------------------------------------------------------------------------------
@@ -245,20 +244,10 @@ class RunAccounting:
         return None if per_step is None or remaining is None else remaining * per_step
 
 
-def read_stops(run: RunDir) -> list[Stop]:
-    """stops.jsonl as records (the run's reader skipped and named any that is not one)."""
+def stops_of(run: RunDir) -> list[Stop]:
+    """stops.jsonl as records, oldest first (the run's reader skipped and named any that is not one)."""
     return [Stop(str(record.get("job_id", "")), parse_time(record["time"]), str(record.get("reason", "")),  # type: ignore[arg-type]
                  float(record.get("lost_rollout_seconds") or 0.0)) for record in run.read_stops()]
-
-
-def run_job_ids(ledger: list[dict[str, Any]]) -> list[str]:
-    """The run's jobs, in the order the ledger first names them."""
-    return list(dict.fromkeys(str(r["job_id"]) for r in ledger if r.get("job_id")))
-
-
-def cluster_of(ledger: list[dict[str, Any]]) -> str | None:
-    """The cluster of the run's latest launch (submit and chain records name it)."""
-    return next((str(r["cluster"]) for r in reversed(ledger) if r.get("cluster")), None)
 
 
 def charging_of(cluster: str | None) -> Charging | None:
@@ -290,19 +279,19 @@ class Owners:
         return row if moment <= (row.end or self.now) + MATCH_SLACK else None
 
 
-def rows_of_run(ledger: list[dict[str, Any]], rows: Iterable[SacctRow], now: datetime) -> list[SacctRow]:
+def rows_of_run(records: list[Record], rows: Iterable[SacctRow], now: datetime) -> list[SacctRow]:
     """The sacct rows of the run's jobs. Job ids come again (a Slurm whose ids started
     over), so a row counts only when it fits the ledger: submitted after the ledger
     first submitted its id, or, for a job the ledger only saw start, holding that start."""
     first: dict[str, datetime] = {}
-    for record in ledger:
-        moment = parse_time(record.get("time"))
-        if record.get("event") in SUBMITTING_EVENTS and record.get("job_id") and moment is not None:
-            first.setdefault(str(record["job_id"]), moment)
-    ids = set(run_job_ids(ledger))
+    for record in records:
+        moment = record.moment
+        if isinstance(record, SUBMITTING) and moment is not None:
+            first.setdefault(record.job_id, moment)
+    ids = set(ledger.job_ids(records))
     candidates = [r for r in rows if r.job_id in ids]
     owners = Owners(candidates, now)
-    started = {id(owners.of(job, moment)) for job, moments in job_starts([ledger]).items() for moment in moments}
+    started = {id(owners.of(job, moment)) for job, moments in job_starts([records]).items() for moment in moments}
 
     def ours(row: SacctRow) -> bool:
         if row.job_id in first:
@@ -317,15 +306,14 @@ def never_ran(row: SacctRow) -> bool:
     return row.start is None and row.end is not None
 
 
-def job_starts(ledgers: Iterable[list[dict[str, Any]]]) -> dict[str, list[datetime]]:
+def job_starts(ledgers: Iterable[list[Record]]) -> dict[str, list[datetime]]:
     """When runs' ``begin`` hooks started each job, over several runs' ledgers: a job run
     with N starts was shared by N runs (a pack job)."""
     starts: dict[str, list[datetime]] = {}
-    for ledger in ledgers:
-        for record in ledger:
-            moment = parse_time(record.get("time"))
-            if record.get("event") == "job_start" and record.get("job_id") and moment is not None:
-                starts.setdefault(str(record["job_id"]), []).append(moment)
+    for records in ledgers:
+        for record in ledger.of_kind(records, JobStart):
+            if record.moment is not None:
+                starts.setdefault(record.job_id, []).append(record.moment)
     return starts
 
 
@@ -356,7 +344,7 @@ def facts_by_row(owners: Owners, files: RunFiles) -> dict[int, JobFacts]:
     goes to the one job run that owns it."""
     steps: dict[int, list[Step]] = {}
     stops: dict[int, Stop] = {}
-    hooks: dict[int, dict[str, dict[str, Any]]] = {}
+    hooks: dict[int, Hooks] = {}
     for step in files.steps:
         row = owners.of(step.job_id, step.end)
         if row is not None:
@@ -366,20 +354,33 @@ def facts_by_row(owners: Owners, files: RunFiles) -> dict[int, JobFacts]:
         if row is not None:
             stops[id(row)] = stop  # the last one
     for record in files.ledger:
-        moment = parse_time(record.get("time"))
-        row = owners.of(str(record.get("job_id")), moment) if moment is not None else None
-        if row is not None and record.get("event") in ("job_start", "job_end"):
-            hooks.setdefault(id(row), {})[record["event"]] = record
-    return {key: job_facts(row, steps.get(key, []), stops.get(key), hooks.get(key, {}))
+        moment = record.moment
+        row = owners.of(record.job_id, moment) if isinstance(record, (JobStart, JobEnd)) and moment else None
+        if row is not None:
+            hooks[id(row)] = hooks.get(id(row), Hooks()).with_record(record)
+    return {key: job_facts(row, steps.get(key, []), stop=stops.get(key), hooks=hooks.get(key, Hooks()))
             for key, row in ((id(r), r) for rows in owners.by_id.values() for r in rows)}
 
 
-def job_facts(row: SacctRow, steps: list[Step], stop: Stop | None, hooks: dict[str, dict[str, Any]]) -> JobFacts:
+@dataclass(frozen=True)
+class Hooks:
+    """A job run's begin and end hook records (the latest of each that it owns)."""
+
+    job_start: JobStart | None = None
+    job_end: JobEnd | None = None
+
+    def with_record(self, record: Record) -> Hooks:
+        if isinstance(record, JobStart):
+            return replace(self, job_start=record)
+        return replace(self, job_end=record) if isinstance(record, JobEnd) else self
+
+
+def job_facts(row: SacctRow, steps: list[Step], stop: Stop | None, hooks: Hooks) -> JobFacts:
     """A job run whose begin hook ran but whose end hook did not died with its step in flight."""
-    hookless = row.end is not None and "job_start" in hooks and "job_end" not in hooks
-    pack_runs = hooks.get("job_start", {}).get("pack_runs")
-    return JobFacts(steps, stop, hookless or hooks.get("job_end", {}).get("outcome") in ENDED_BADLY,
-                    pack_runs if isinstance(pack_runs, int) and pack_runs >= 1 else None)
+    hookless = row.end is not None and hooks.job_start is not None and hooks.job_end is None
+    pack_runs = hooks.job_start.pack_runs if hooks.job_start is not None else None
+    ended_badly = hooks.job_end is not None and hooks.job_end.outcome in ENDED_BADLY
+    return JobFacts(steps, stop, hookless or ended_badly, pack_runs if pack_runs is not None and pack_runs >= 1 else None)
 
 
 def segments_of(row: SacctRow, ready: datetime | None, facts: JobFacts, now: datetime) -> list[Segment]:
@@ -438,7 +439,7 @@ def job_run(row: SacctRow, attempt: int, ready: datetime | None, facts: JobFacts
 class RunFiles:
     """A run's records, read once (status.sh reads every run every few seconds)."""
 
-    ledger: list[dict[str, Any]]
+    ledger: list[Record]
     steps: list[Step]
     stops: list[Stop]
     progress: dict[str, Any]
@@ -446,9 +447,9 @@ class RunFiles:
     validations: list[dict[str, Any]] = field(default_factory=list)  # the health check's (a stall allows for them)
 
     @classmethod
-    def read(cls, run: RunDir, ledger: list[dict[str, Any]] | None = None) -> RunFiles:
+    def read(cls, run: RunDir, records: list[Record] | None = None) -> RunFiles:
         """Whatever is readable: the run's readers skip a bad record (and name it in ``run.unreadable``)."""
-        return cls(run.read_ledger() if ledger is None else ledger, read_steps(run), read_stops(run),
+        return cls(ledger.readable(run) if records is None else records, trained_steps(run), stops_of(run),
                    run.read_progress() or {}, run.read_done(), run.read_validations())
 
 
@@ -465,7 +466,7 @@ def account(name: str, files: RunFiles, rows: Iterable[SacctRow], charging: Char
     ordered = sorted(rows_of_run(files.ledger, rows, now), key=run_order)
     owners = Owners(ordered, now)
     facts = facts_by_row(owners, files)
-    jobs, previous_end, attempts = [], None, {}
+    jobs, previous_end, attempts = [], None, dict[str, int]()
     for row in ordered:
         attempt = attempts[row.job_id] = attempts.get(row.job_id, -1) + 1
         ready = max(filter(None, (row.submit, previous_end)), default=None)
@@ -475,7 +476,7 @@ def account(name: str, files: RunFiles, rows: Iterable[SacctRow], charging: Char
         jobs.append(job_run(row, attempt, ready, known, gpus, share, now))
         previous_end = row.end or previous_end
     return RunAccounting(name, charging, tuple(jobs), *step_totals(files), restart_gaps(jobs),
-                         median_step(files.steps), now)
+                         usual_step_seconds(files.steps), now)
 
 
 def with_stall(known: JobFacts, row: SacctRow, files: RunFiles, now: datetime, settings: Any) -> JobFacts:
@@ -505,11 +506,6 @@ def restart_gaps(jobs: list[JobRun]) -> tuple[float, ...]:
         if before.end is not None and first is not None:
             gaps.append(max(0.0, (first - before.end).total_seconds()))
     return tuple(gaps)
-
-
-def median_step(steps: list[Step]) -> float | None:
-    recent = [s.seconds for s in steps[-RECENT_STEPS:]]
-    return statistics.median(recent) if recent else None
 
 
 # -- text ------------------------------------------------------------------------------------------------
@@ -589,22 +585,23 @@ def render_text(acc: RunAccounting) -> str:
 # -- a run on disk ----------------------------------------------------------------------------------------
 
 
-def sibling_ledgers(run: RunDir) -> list[list[dict[str, Any]]]:
+def sibling_ledgers(run: RunDir) -> list[list[Record]]:
     """The ledgers of the runs beside this one (a pack job's other runs share its jobs)."""
     try:
         beside = sorted(run.path.parent.iterdir())
     except OSError:
         return []
     # What another run's ledger holds that is not a record is that run's to show, not this one's.
-    return [RunDir(path).read_ledger() for path in beside if path != run.path]
+    return [ledger.readable(RunDir(path)) for path in beside if path != run.path]
 
 
 def account_run(run: RunDir, now: datetime | None = None) -> RunAccounting:
     """The accounting of one run directory: its own sacct call (status.sh makes one for all runs)."""
     files = RunFiles.read(run)
-    rows = calls.job_runs(run_job_ids(files.ledger))
+    rows = calls.job_runs(ledger.job_ids(files.ledger))
     starts = job_starts([files.ledger, *sibling_ledgers(run)])
-    return account(run.name, files, rows, charging_of(cluster_of(files.ledger)), starts, now, stall_settings())
+    return account(run.name, files, rows, charging_of(ledger.cluster_of(files.ledger)), starts, now,
+                   stall_settings())
 
 
 def stall_settings() -> Any:

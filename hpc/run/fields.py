@@ -7,7 +7,8 @@ an accuracy, a number too large for a float) must cost the readers that record o
 run's readers (hpc/run/rundir.py) check every record against its file's fields here, skip
 one that does not fit and name it (the run is then shown as unreadable), so no reader meets a
 value of the wrong kind. Only the fields some reader relies on are listed; others pass as they
-are. Stdlib only.
+are. The ledger's records are checked by the same rule with the fields of their record classes
+(hpc/run/ledger.py, where its vocabulary lives). Stdlib only.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 # Beyond these no figure of a run is meant: they keep sums, floats and dates from overflowing.
 LARGEST_WHOLE = 10**12
@@ -71,6 +72,9 @@ LIST = Kind(lambda v: isinstance(v, list), "a list")
 OBJECT = Kind(lambda v: isinstance(v, dict), "an object")
 
 Fields = Mapping[str, tuple[Kind, bool]]  # field -> (its kind, whether it is required)
+# A file whose records differ by kind checks each with its own rule: why one is no record, or None
+# (ledger.jsonl's, by event: hpc/run/ledger.py builds its fields from its record classes).
+Check = Callable[[dict[str, Any]], Optional[str]]
 
 
 def required(kind: Kind) -> tuple[Kind, bool]:
@@ -81,9 +85,6 @@ def optional(kind: Kind) -> tuple[Kind, bool]:
     return kind.or_null(), False
 
 
-LEDGER: Fields = {"event": required(TEXT), "time": optional(MOMENT), "job_id": optional(JOB),
-                  "step": optional(WHOLE), "script": optional(TEXT), "cluster": optional(TEXT),
-                  "pack_runs": optional(WHOLE), "argv": optional(LIST)}
 PROGRESS: Fields = {"step": optional(WHOLE), "total_steps": optional(WHOLE), "reward_mean": optional(NUMBER),
                     "eta_seconds": optional(NUMBER)}
 DONE: Fields = {"final_step": optional(WHOLE), "total_steps": optional(WHOLE)}
@@ -108,8 +109,10 @@ ADDRESS: Fields = {"host": required(TEXT), "port": required(WHOLE), "node": requ
                    "token_required": optional(FLAG), "model": optional(TEXT)}
 
 
-def problem(record: dict[str, Any], fields: Fields) -> str | None:
+def problem(record: dict[str, Any], fields: Fields | Check) -> str | None:
     """Why ``record`` cannot be read as one of ``fields``' records (one line), or None."""
+    if callable(fields):
+        return fields(record)
     for name, (kind, needed) in fields.items():
         if name not in record:
             if needed:

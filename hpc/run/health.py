@@ -21,14 +21,12 @@ thresholds are environment variables: the shell's for status.sh, the job's
 from __future__ import annotations
 
 import os
-import statistics
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Mapping
 
-from hpc.run.steps import Step, parse_time, span
+from hpc.run.steps import Step, parse_time, span, usual_step_seconds
 
-RECENT_STEPS = 10
 RECENT_VALIDATIONS = 3
 
 
@@ -69,11 +67,6 @@ def setting(env: Mapping[str, str], name: str, default: float, low: float, whole
 class Flag:
     kind: str  # "stalled" | "collapsed"
     message: str  # one line for status.sh and the webhook
-
-
-def usual_step_seconds(steps: list[Step]) -> float | None:
-    recent = [s.seconds for s in steps[-RECENT_STEPS:]]
-    return statistics.median(recent) if recent else None
 
 
 def validation_times(validations: list[dict[str, Any]]) -> list[tuple[int, datetime]]:

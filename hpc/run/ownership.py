@@ -16,7 +16,8 @@ destroying both. So ownership is recorded both ways:
 The launcher (before it submits) and the job's ``begin`` hook check both and
 refuse, in one line naming both runs and the ways out, to train in a folder
 another run owns. A folder made before these records existed is adopted by the
-run of its name, and the launcher says so. Stdlib only.
+run of its name, and the launcher says so. status.sh finds a run's checkpoints through
+``model_dir_of`` (its model.json). Stdlib only.
 """
 
 from __future__ import annotations
@@ -52,6 +53,17 @@ def owner_of(model_dir: Path) -> dict[str, Any] | None:
 
 def same_path(a: str | Path, b: str | Path) -> bool:
     return Path(a).resolve() == Path(b).resolve()
+
+
+def model_dir_of(run: RunDir) -> Path | None:
+    """The model folder ``run`` owns (its model.json), None before its first launch or when the
+    record is unreadable (status.sh's checkpoint column)."""
+    try:
+        record = run.read_model_record()
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    folder = record.get("model_dir") if isinstance(record, dict) else None
+    return Path(folder) if isinstance(folder, str) and folder else None
 
 
 def check(run: RunDir, model_dir: Path) -> Claim:

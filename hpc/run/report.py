@@ -32,6 +32,8 @@ from typing import Any, Callable
 
 from hpc.errors import UsageError
 from hpc.run import fields as kinds
+from hpc.run import ledger
+from hpc.run.ledger import JobStart
 from hpc.run.rundir import OutsideRun, RunDir, read_json
 
 # ART-E's published accuracy on its 100 validation questions (OpenPipe's ART-E write-up),
@@ -60,8 +62,7 @@ class Bar:
 
 def job_starts(run: RunDir) -> list[tuple[int, str]]:
     """(step, job id) where each job after the first began training."""
-    starts = [(int(r["step"]), str(r["job_id"])) for r in run.read_ledger()
-              if r.get("event") == "job_start" and r.get("step") is not None]
+    starts = [(r.step, r.job_id) for r in ledger.of_kind(ledger.readable(run), JobStart) if r.step is not None]
     return starts[1:]
 
 

@@ -8,7 +8,7 @@ cheaply) means there is exactly one definition of where things are.
 
 Layout of ``<runs_dir>/<job_name>/``::
 
-    ledger.jsonl            one JSON record per line, append-only (see LEDGER_EVENTS)
+    ledger.jsonl            one JSON record per line, append-only: its events are hpc/run/ledger.py's
     scripts/<launch>.sbatch rendered job scripts, one per launch, never overwritten
     secrets.env             secret variables for the job, mode 0600, never in a script
     model.json              the model folder this run owns (and --init_from's source); hpc/run/ownership.py
@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from hpc.run import fields as kinds
-from hpc.run.fields import Fields, parse_time, problem, shown  # noqa: F401 - parse_time: the run's times
+from hpc.run.fields import Check, Fields, problem, shown
 
 # Exit code the trainer (or any entrypoint) uses to say "I stopped cleanly
 # because time is up; continue the run". 75 is EX_TEMPFAIL from sysexits.h.
@@ -64,21 +64,6 @@ EXIT_STOPPED_FOR_TIME = 75
 # rejected key, a missing package: trainer/training/preflight.py, trainer.train's setup
 # errors): job control gives the run up at once instead of retrying. 78 is EX_CONFIG.
 EXIT_CONFIG_ERROR = 78
-
-LEDGER_EVENTS = (
-    "submit",      # launcher submitted a job (job_id, cluster, script, git_commit, argv, log_out, log_err)
-    "chain",       # launcher pre-submitted a chained job (same fields + after)
-    "job_start",   # a job began work (job_id, step, restart_count, err_offset)
-    "job_end",     # a job's workload ended (job_id, exit_code, step, outcome; error when failed)
-    "requeue",     # the job was requeued (job_id, by = "job" | "slurm")
-    "successor",   # a starting job queued its successor, afterany on itself (job_id = new id, after = old id)
-    "resubmit",    # the run continues in job_id after job `after` (by = "successor": the one queued at its
-                   # start, whose begin hook found `after` ended without its end hook, or that end hook chose it)
-    "cancelled",   # a user cancelled the job; the run is not continued (job_id)
-    "done",        # training finished (step)
-    "failed",      # run given up (reason, log_tail, error)
-)
-
 
 # A run's name: its folder under the runs directory (the launcher's --job_name). Never a '/', never
 # only dots: a name can only ever name one folder inside the runs directory.
@@ -221,7 +206,7 @@ class RunDir:
         """The JSON object at ``path`` inside the run (with ``fields``' kinds), else None (skipped)."""
         return read_json(path, self.path, fields, self.teller(path))
 
-    def read_records(self, path: Path, fields: Fields | None = None) -> list[dict[str, Any]]:
+    def read_records(self, path: Path, fields: Fields | Check | None = None) -> list[dict[str, Any]]:
         """The JSONL records at ``path`` inside the run that have ``fields``' kinds (others skipped)."""
         return read_jsonl(path, self.path, fields, self.teller(path))
 
@@ -232,8 +217,12 @@ class RunDir:
         except FileNotFoundError:
             return None
         except OSError as error:
-            self.teller(path)(None, _unreadable(error))
+            self.skip_file(path, error)
             return None
+
+    def skip_file(self, path: Path, error: OSError) -> None:
+        """Name a whole file of the run its reader could not read (a folder, a link, a FIFO)."""
+        self.teller(path)(None, _unreadable(error))
 
     def write_json(self, path: Path, data: dict[str, Any], mode: int = 0o644) -> None:
         write_json_atomic(path, data, mode, self.path)
@@ -285,21 +274,6 @@ class RunDir:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
-
-    # -- ledger ---------------------------------------------------------------
-
-    def append_ledger(self, event: str, **fields: Any) -> dict[str, Any]:
-        """Append one record; a single write() of one line under the lock."""
-        if event not in LEDGER_EVENTS:
-            raise ValueError(f"unknown ledger event {event!r}; known: {', '.join(LEDGER_EVENTS)}")
-        record = {"event": event, "time": utc_now(), **fields}
-        with self.locked():
-            append_jsonl(self.ledger, record, self.path)
-        return record
-
-    def read_ledger(self) -> list[dict[str, Any]]:
-        """All records, oldest first; a torn last line (crash mid-write) is dropped, a bad one skipped."""
-        return self.read_records(self.ledger, kinds.LEDGER)
 
     # -- markers and progress -------------------------------------------------
 
@@ -553,7 +527,7 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def parse_record(data: bytes, fields: Fields | None = None) -> tuple[dict[str, Any] | None, str]:
+def parse_record(data: bytes, fields: Fields | Check | None = None) -> tuple[dict[str, Any] | None, str]:
     """One JSON object from ``data`` with ``fields``' kinds, or (None, why not in one line)."""
     try:
         value = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
@@ -594,19 +568,26 @@ def read_json(path: Path, root: Path | None = None, fields: Fields | None = None
     return record
 
 
-def read_jsonl(path: Path, root: Path | None = None, fields: Fields | None = None,
+def read_jsonl(path: Path, root: Path | None = None, fields: Fields | Check | None = None,
                tell: Tell | None = None) -> list[dict[str, Any]]:
     """JSON objects, one per line (with ``fields``' kinds); a missing file has none. A torn last
     line (an object a crash cut short) is dropped quietly; any other line that is no such object
     is skipped and told to ``tell``."""
     try:
-        lines = read_bytes(path, root).split(b"\n")
+        data = read_bytes(path, root)
     except FileNotFoundError:
         return []
     except OSError as error:
         if tell is not None:
             tell(None, _unreadable(error))
         return []
+    return parse_lines(data, fields, tell)
+
+
+def parse_lines(data: bytes, fields: Fields | Check | None = None, tell: Tell | None = None) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file's bytes, as ``read_jsonl`` takes them (a reader that must
+    tell an unreadable file from an empty one reads the bytes itself: hpc/run/ledger.py)."""
+    lines = data.split(b"\n")
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():

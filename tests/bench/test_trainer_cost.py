@@ -48,6 +48,7 @@ def test_both_sides_give_a_figure_for_the_same_rollouts_of_the_same_scenarios(tm
 
     assert ours.rollouts == theirs.rollouts == [12, 12], "3 groups of 4 a step"
     assert ours.scenarios == theirs.scenarios and len(set(ours.scenarios[0])) == 3
+    assert ours.objectives == theirs.objectives and '"loss_fn": "ppo"' in ours.objectives[0], "the config's loss, not ART's cispo"
     assert trainer_cost.rollouts_per_second([ours]) > 0 and trainer_cost.rollouts_per_second([theirs]) > 0
     for side in ("trainer_side-1", "loop_side-1"):
         trained = [t for record in read_train_log(tmp_path / side / "art") for group in record["metadata"] for t in group]
@@ -68,6 +69,9 @@ def test_sides_that_did_different_work_are_not_compared_and_the_error_shows_both
         check_same_work(side([12, 12], [[1, 2, 3]] * 2), side([12, 12], [[1, 2, 3], [3, 2, 1]]), 2)
     with pytest.raises(ProofFailed, match="wanted 3 steps each"):
         check_same_work(side([12, 12], [[1, 2, 3]] * 2), side([12, 12], [[1, 2, 3]] * 2), 3)
+    ppo, cispo = '{"loss_fn": "ppo"}', '{"loss_fn": "cispo"}'
+    with pytest.raises(ProofFailed, match="unequal objectives"):
+        check_same_work(Side("a", [12], [[1]], [1.0], (ppo,)), Side("b", [12], [[1]], [1.0], (cispo,)), 1)
 
 
 def test_the_figures_leave_each_runs_first_step_out() -> None:

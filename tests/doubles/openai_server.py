@@ -119,7 +119,7 @@ class _State:
     api_key: str | None = None  # when set, requests without this bearer token get 401
 
 
-class _Server(ThreadingHTTPServer):
+class DoubleServer(ThreadingHTTPServer):
     """A listen backlog for many clients at once (the default 5 drops connects, which then
     wait a second for a SYN retry: a latency no model server has), and every connection
     known, so that closing the server ends them all."""
@@ -157,6 +157,24 @@ class _Server(ThreadingHTTPServer):
         while self._connections and time.monotonic() < deadline:
             time.sleep(0.01)
 
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start_in_thread(self, name: str) -> None:
+        """Serve from a daemon thread, until :meth:`stop`."""
+        self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.02}, name=name,
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop serving, close the socket and every connection, and wait for the thread."""
+        self.shutdown()
+        self.server_close()
+        self.close_connections()
+        self.thread.join(timeout=5)
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away (a cancelled request, a closed server) is no error to print."""
         if self.closing.is_set() or isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
@@ -170,15 +188,11 @@ class OpenAIServer:
     def __init__(self, script: Script, port: int = 0, served: tuple[str, ...] = (), api_key: str | None = None) -> None:
         self._state = _State(script=script, served=served or (tuple(script) if isinstance(script, dict) else ()),
                              api_key=api_key)
-        self._httpd = _Server(("127.0.0.1", port), _handler_for(self._state))
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="openai-double", daemon=True
-        )
+        self._httpd = DoubleServer(("127.0.0.1", port), _handler_for(self._state))
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._httpd.url
 
     @property
     def base_url(self) -> str:
@@ -198,14 +212,11 @@ class OpenAIServer:
         return [r for r in self.requests if r.model == model]
 
     def start(self) -> "OpenAIServer":
-        self._thread.start()
+        self._httpd.start_in_thread("openai-double")
         return self
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._httpd.close_connections()
-        self._thread.join(timeout=5)
+        self._httpd.stop()
 
     def __enter__(self) -> "OpenAIServer":
         return self.start()
@@ -274,14 +285,19 @@ def _handler_for(state: _State) -> type[BaseHTTPRequestHandler]:
             return self._send(401, {"error": error})
 
         def _send(self, status: int, payload: dict) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, status, payload)
 
     return Handler
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, payload: dict) -> None:
+    """Answer ``payload`` as JSON with ``status`` (a kept-alive connection: its length said)."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
 
 
 def _next_reply(state: _State, body: dict) -> Reply:

@@ -22,6 +22,7 @@ import pytest
 
 from hpc.run.monitor.display import printable
 from hpc.run.rundir import RunDir
+from tests.doubles.ledger_lines import write_record
 from tests.hpc.slurm_helpers import launch
 from tests.scripts.slurm_util import (
     REPO, SCRIPTS, bin_without_slurm, calls, cancel, fake_slurm, run_script, sbatch,
@@ -183,7 +184,7 @@ def test_a_default_runs_dir_the_dotenv_cannot_resolve_is_one_clear_error(tmp_pat
 
 def _progress_run(runs: Path, name: str, job: str, **progress) -> RunDir:
     run = RunDir(runs / name)
-    run.append_ledger("submit", job_id=job, log_out=str(run.log_paths(job)[0]), log_err=str(run.log_paths(job)[1]))
+    write_record(run, "submit", job_id=job, log_out=str(run.log_paths(job)[0]), log_err=str(run.log_paths(job)[1]))
     if progress:
         run.write_progress(progress)
     return run
@@ -199,15 +200,15 @@ def _row(text: str, first: str) -> list[str]:
 def test_status_lists_the_queue_and_one_line_per_run(tmp_path):
     runs = tmp_path / "runs"
     running = _progress_run(runs, "r-train", "101", step=212, total_steps=628, reward_mean=0.83, eta_seconds=129002)
-    running.append_ledger("requeue", job_id="101")
-    running.append_ledger("resubmit", job_id="102", after="101")
+    write_record(running, "requeue", job_id="101")
+    write_record(running, "resubmit", job_id="102", after="101")
     done = _progress_run(runs, "r-done", "90", step=9, total_steps=10)
     done.mark_done(10, 10)
     failed = _progress_run(runs, "r-failed", "80", step=3, total_steps=10, eta_seconds=60)
     failed.mark_failed("2 failed job(s) in a row without progress", "/x.err")
     stopped = _progress_run(runs, "r-stopped", "60", step=4, total_steps=10, eta_seconds=60)
-    stopped.append_ledger("job_end", job_id="60", exit_code=75, step=4, outcome="stopped_for_time")
-    stopped.append_ledger("cancelled", job_id="60")
+    write_record(stopped, "job_end", job_id="60", exit_code=75, step=4, outcome="stopped_for_time")
+    write_record(stopped, "cancelled", job_id="60")
     _progress_run(runs, "r-done.20261101T000000Z", "70")  # moved aside by --restart
     jobs = [{"i": "102", "T": "PENDING", "r": "Dependency", "M": "0:00", "l": "2-00:00:00", "D": "1", "N": "",
              "j": "r-train", "F": "102"},
@@ -288,11 +289,11 @@ def test_status_names_a_parked_run_with_the_job_that_ended_it_and_the_command_th
     run = _progress_run(runs, "r-parked", "13", step=5, total_steps=25, eta_seconds=600)
     run.ledger.write_text(run.ledger.read_text().replace('"job_id": "13"', '"job_id": "13", "argv": '
                                                          '["--job_name", "r-parked", "--time_limit", "2"]'))
-    run.append_ledger("job_start", job_id="13", step=0, restart_count=0)
-    run.append_ledger("successor", job_id="14", after="13")  # cancelled by an administrator, say
+    write_record(run, "job_start", job_id="13", step=0, restart_count=0)
+    write_record(run, "successor", job_id="14", after="13")  # cancelled by an administrator, say
     waiting = _progress_run(runs, "r-waiting", "20", step=5, total_steps=25)
-    waiting.append_ledger("job_start", job_id="20", step=0, restart_count=0)
-    waiting.append_ledger("successor", job_id="21", after="20")
+    write_record(waiting, "job_start", job_id="20", step=0, restart_count=0)
+    write_record(waiting, "successor", job_id="21", after="20")
     jobs = [{"i": "21", "T": "PENDING", "r": "Dependency", "M": "0:00", "l": "2:00", "D": "1", "N": "",
              "j": "r-waiting"}]
     env = fake_slurm(tmp_path / "fake", jobs=jobs, states={"13": "TIMEOUT", "14": "CANCELLED", "20": "FAILED"})
@@ -483,7 +484,7 @@ def _submit_into(run: RunDir, *wrap: str, extra: tuple[str, ...] = (), log_name:
     """A plain job writing its logs into the run (the launcher's %x-%j layout by default)."""
     job = sbatch("-J", run.name, "-o", str(run.logs_dir / f"{log_name}.out"),
                  "-e", str(run.logs_dir / f"{log_name}.err"), "-D", str(run.path), *extra, "--wrap", " ".join(wrap))
-    run.append_ledger("submit", job_id=job, cluster="local", script="-", git_commit="-", argv=[])
+    write_record(run, "submit", job_id=job, cluster="local", script="-", git_commit="-", argv=[])
     return job
 
 
@@ -612,8 +613,8 @@ def test_status_shows_a_queued_job_and_its_runs_progress(slurm, tmp_path):
     try:
         jobs.append(_submit_into(run, "sleep 300", extra=("-t", "5")))
         wait_running(jobs)  # both tables then see the same state (it may not change between them)
-        run.append_ledger("job_start", job_id=jobs[0], step=200, restart_count=0)
-        run.append_ledger("requeue", job_id=jobs[0])
+        write_record(run, "job_start", job_id=jobs[0], step=200, restart_count=0)
+        write_record(run, "requeue", job_id=jobs[0])
         run.write_progress({"step": 212, "total_steps": 628, "epoch": 1, "reward_mean": 0.83,
                             "seconds_per_step": 310.2, "eta_seconds": 129002})
 

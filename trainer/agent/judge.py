@@ -176,7 +176,7 @@ def litellm_route(model: str, api_base: str | None, api_key: str | None) -> tupl
     """
     if not api_base:
         return model, ({"api_key": api_key} if api_key else {})
-    import litellm
+    import litellm  # seconds to import: only once a judge is asked
 
     provider = model.split("/", 1)[0] if "/" in model else ""
     if provider not in litellm.provider_list:
@@ -275,7 +275,7 @@ class Judge:
 
     async def _ask(self, messages: list[dict[str, str]]) -> Verdict:
         """One judge call, holding a concurrency slot only while the request is in flight."""
-        from litellm import acompletion
+        from litellm import acompletion  # seconds to import: only once a judge is asked
 
         model, connection = litellm_route(self.model, self.api_base, self.api_key)
         async with self._semaphore:
@@ -343,7 +343,7 @@ async def score_group_with_ruler(
     group is dropped (None) rather than trained on unscored. ``api_base``
     defaults to JUDGE_API_BASE, so RULER can use the in-cluster judge too.
     """
-    from art.rewards import ruler_score_group
+    from art.rewards import ruler_score_group  # art only in the trainer, once it runs
 
     api_base = api_base or os.environ.get("JUDGE_API_BASE") or None
     if api_base and api_key is None:

@@ -38,8 +38,8 @@ from trainer.agent.reward import Rubric, compute_reward, reward_before_ruler
 from trainer.agent.tools import TOOL_SCHEMAS, EmailTools, FinalAnswer, ToolOutcome
 
 if TYPE_CHECKING:
-    import art
-    from openai.types.chat.chat_completion import Choice
+    import art  # art only where a rollout runs (not at a command's --help)
+    from openai.types.chat.chat_completion import Choice  # openai's types: only with a transcript
 
     from trainer.agent.email_db import EmailDB
     from trainer.agent.judge import Judge
@@ -67,7 +67,7 @@ async def rollout(
     model: "art.Model", scenario: "Scenario", *, db: "EmailDB", judge: "Judge | None", config: AgentConfig
 ) -> "art.Trajectory":
     """Play one episode of the email agent and return its scored trajectory."""
-    import art
+    import art  # art only where a rollout runs (not at a command's --help)
 
     rubric = Rubric()
     tools = EmailTools(scenario, db, rubric)
@@ -156,7 +156,7 @@ def request_messages(trajectory: "art.Trajectory") -> list[dict[str, Any]]:
     directly. ART 0.5.23 builds a pydantic TypeAdapter for every assistant message on every
     call, which made the loop's own CPU time grow with the square of the turns (half of an
     evaluation's time at 32 questions in flight: bench/eval_throughput.py)."""
-    from openai.types.chat.chat_completion import Choice
+    from openai.types.chat.chat_completion import Choice  # openai's types: only with a transcript
 
     messages = []
     for item in trajectory.messages_and_choices:

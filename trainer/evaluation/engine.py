@@ -22,6 +22,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from trainer.agent.rollout import rollout
+
 if TYPE_CHECKING:
     import art
 
@@ -85,8 +87,6 @@ def failed_result(scenario: "Scenario", error: BaseException, latency: float) ->
 
 async def ask(policy: Any, scenario: "Scenario", *, db: "EmailDB", judge: "Judge", agent: "AgentConfig",
               slots: asyncio.Semaphore) -> QuestionResult:
-    from trainer.agent.rollout import rollout
-
     async with slots:
         began = time.monotonic()
         try:

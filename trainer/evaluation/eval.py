@@ -39,16 +39,21 @@ from typing import TYPE_CHECKING, Any
 
 from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints
 from hpc.run import fields as kinds
-from hpc.run.rundir import (RUN_NAME_ACCEPTED, OutsideRun, RunDir, is_run_name, read_json, read_jsonl, utc_now, write_json_atomic,
-                            write_jsonl_atomic)
-from trainer.agent.judge import use_bundled_price_table
+from hpc.run.rundir import (RUN_NAME_ACCEPTED, OutsideRun, RunDir, is_run_name, read_json, read_jsonl, utc_now,
+                            write_json_atomic, write_jsonl_atomic)
+from trainer.agent.email_db import EmailDB
+from trainer.agent.judge import Judge, missing_keys, use_bundled_price_table
+from trainer.agent.rollout import AgentConfig
+from trainer.agent.scenarios import SPLITS, load_scenarios
+from trainer.evaluation.engine import QuestionResult, evaluate, records, split_key, summarize
+from trainer.serving.policy import PolicyError, PolicySpec, base_model_for, open_policy, parse_policy, served_name
+from trainer.serving.vllm_server import ServerError, ServerSpec, VLLMServer, free_port
+from trainer.staging.data import REPO, cluster_setting, default_data_dir
+from trainer.staging.sources import SourceError
 from trainer.training.config import ConfigError, TrainerConfig, load_config
-from trainer.evaluation.engine import split_key
-from trainer.serving.policy import PolicyError, PolicySpec, open_policy, parse_policy
 
 if TYPE_CHECKING:
     from trainer.agent.scenarios import Scenario
-    from trainer.evaluation.engine import QuestionResult
 
 log = logging.getLogger("trainer.eval")
 EVAL_KEYS = ("models", "split", "limit", "concurrency", "run", "force")
@@ -95,7 +100,7 @@ class Results:
     def read_summary(self) -> dict[str, Any] | None:
         return read_json(self.folder / "summary.json", self.root, kinds.EVALUATION)
 
-    def kept(self, judge_model: str) -> dict[int, "QuestionResult"]:
+    def kept(self, judge_model: str) -> dict[int, QuestionResult]:
         """The questions answered and judged last time by this judge (a failed one is asked again)."""
         summary = self.read_summary()
         if summary is None or summary.get("judge_model") != judge_model:
@@ -108,10 +113,8 @@ class Results:
         write_json_atomic(self.folder / "summary.json", summary, root=self.root)
 
 
-def answered(record: dict[str, Any]) -> "QuestionResult | None":
+def answered(record: dict[str, Any]) -> QuestionResult | None:
     """A record of records.jsonl as a result, if it is one of a question answered and judged."""
-    from trainer.evaluation.engine import QuestionResult
-
     try:
         result = QuestionResult(**record)
     except TypeError:  # another version's fields
@@ -175,10 +178,6 @@ def expand(plan: EvalPlan) -> list[tuple[PolicySpec, Path | None]]:
 
 async def evaluate_one(plan: EvalPlan, spec: PolicySpec, scenarios: list["Scenario"], key: str,
                        policy: Any, judge: Any) -> dict[str, Any]:
-    from trainer.agent.email_db import EmailDB
-    from trainer.evaluation.engine import evaluate, records, summarize
-    from trainer.agent.rollout import AgentConfig
-
     config = plan.config
     agent = AgentConfig(max_turns=config.max_turns, max_tokens=config.max_tokens,
                         tool_calling=config.tool_calling, temperature=config.temperature)
@@ -201,9 +200,6 @@ async def evaluate_one(plan: EvalPlan, spec: PolicySpec, scenarios: list["Scenar
 
 
 async def run_plan(plan: EvalPlan) -> list[dict[str, Any]]:
-    from trainer.agent.judge import Judge
-    from trainer.agent.scenarios import load_scenarios
-
     scenarios = load_scenarios(plan.data_dir, plan.split, limit=plan.limit or plan.config.val_set_size,
                                max_messages=plan.config.max_messages, shuffle=False)
     if not scenarios:
@@ -232,8 +228,6 @@ def check_keys(specs: list[PolicySpec], judge: Any) -> None:
     """Every key the models to ask and their judge need, before any question (EvalError: one line)."""
     if not specs:
         return
-    from trainer.agent.judge import missing_keys
-
     needs = [(f"the judge {judge.model}", missing_keys(judge.model, judge.api_base), "or set JUDGE_API_BASE")]
     needs += [(spec.label, missing_keys(spec.name), "") for spec in specs if spec.kind == "litellm"]
     for who, missing, other in needs:
@@ -245,9 +239,6 @@ def check_keys(specs: list[PolicySpec], judge: Any) -> None:
 async def evaluate_served(plan: EvalPlan, served: list[tuple[PolicySpec, Path | None]],
                           scenarios: list["Scenario"], key: str, judge: Any) -> list[dict[str, Any]]:
     """Checkpoints and the base model: one vLLM server on this node with every adapter."""
-    from trainer.serving.policy import base_model_for, served_name
-    from trainer.serving.vllm_server import ServerSpec, VLLMServer, free_port
-
     adapters = {served_name(spec): path for spec, path in served if path is not None}
     spec = ServerSpec(base_model_for(plan.config.base_model, list(adapters.values())), adapters, port=free_port(),
                       max_model_len=plan.config.max_seq_length, fast_start=plan.config.vllm_fast_start)
@@ -296,8 +287,6 @@ def parse_args(argv: list[str]) -> EvalPlan:
 
 
 def split_of(split: str) -> str:
-    from trainer.agent.scenarios import SPLITS
-
     if split not in SPLITS:
         raise EvalError(f"invalid split {split!r}: accepted {' or '.join(SPLITS)}")
     return split
@@ -343,14 +332,11 @@ def default_runs_dir() -> Path:
     """In a job, the runs directory its run lives in; else RUNS_DIR as the launcher finds it."""
     if os.environ.get("HPC_RUN_DIR"):
         return Path(os.environ["HPC_RUN_DIR"]).parent
-    from trainer.staging.data import REPO, cluster_setting
 
     return Path(cluster_setting("RUNS_DIR") or REPO / "runs")
 
 
 def data_dir() -> Path:
-    from trainer.staging.data import default_data_dir
-
     return default_data_dir()
 
 
@@ -369,9 +355,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trainer.eval: error: {error.filename}: {error.strerror}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as error:  # noqa: BLE001 - e.g. the data or vLLM: one line, the log has the rest
-        from trainer.staging.data import SourceError
-        from trainer.serving.vllm_server import ServerError
-
         if not isinstance(error, (SourceError, ServerError, OSError)):
             raise
         print(f"trainer.eval: error: {error}", file=sys.stderr)

@@ -22,8 +22,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hpc.run.rundir import RunDir
+from hpc.run.serving import address_of
+from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import missing_keys, use_bundled_price_table
 from trainer.agent.scenarios import date_problem
+from trainer.evaluation.eval import default_runs_dir
+from trainer.serving.policy import PolicyError, open_policy, parse_policy
+from trainer.serving.serve import Agent, answer_of, request_problem
+from trainer.staging.data import default_data_dir
+from trainer.training.config import ConfigError, load_config
 
 EXIT_BAD_INPUT, EXIT_FAILED = 2, 1
 
@@ -36,10 +44,6 @@ class AskError(Exception):
 
 def service_of(run: str) -> tuple[str, str | None]:
     """The URL and token of a serve job's run directory (serve/address.json, serve/token)."""
-    from hpc.run.rundir import RunDir
-    from hpc.run.serving import address_of
-    from trainer.evaluation.eval import default_runs_dir
-
     if run in ("", ".", ".."):
         raise AskError(f"bad --run {run!r} (accepted: a serve job's run name or directory)", EXIT_BAD_INPUT)
     served = RunDir(Path(run) if "/" in run else default_runs_dir() / run)
@@ -53,7 +57,7 @@ def service_of(run: str) -> tuple[str, str | None]:
 
 
 def ask_service(url: str, token: str | None, body: dict[str, Any]) -> dict[str, Any]:
-    import httpx
+    import httpx  # only when a service is asked
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
@@ -74,12 +78,6 @@ def ask_service(url: str, token: str | None, body: dict[str, Any]) -> dict[str, 
 
 def ask_model(model: str, config_name: str, body: dict[str, Any]) -> dict[str, Any]:
     """No service: the serving agent's loop once, in this process."""
-    from trainer.staging.data import default_data_dir
-    from trainer.agent.email_db import EmailDB
-    from trainer.serving.policy import PolicyError, open_policy, parse_policy
-    from trainer.serving.serve import Agent, answer_of, request_problem
-    from trainer.training.config import ConfigError, load_config
-
     try:
         config = load_config(config_name)
         spec = parse_policy(model, config.base_model)

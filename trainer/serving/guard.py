@@ -85,7 +85,7 @@ def replay(body: bytes, receive: Any) -> Any:
 
 async def refuse(refusal: tuple[int, str], scope: dict[str, Any], receive: Any, send: Any) -> None:
     """The refusal in one line, and the connection closed (what is left of a body is never read)."""
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse  # the web stack only in the service
 
     status, message = refusal
     await JSONResponse({"error": message}, status_code=status, headers={"connection": "close"})(scope, receive, send)

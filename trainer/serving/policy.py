@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hpc.run.checkpoints import trained_base_model
 from hpc.run.rundir import RUN_NAME_RE, is_run_name
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class EndpointPolicy:
     timeout: float = 600.0
 
     def __post_init__(self) -> None:
-        import httpx
+        import httpx  # the HTTP stack only once a policy is opened
         from openai import AsyncOpenAI
 
         # Few idle connections: httpcore checks every idle connection's socket each time it
@@ -119,7 +120,7 @@ class _DirectClient:
         self._client = client
 
     async def create(self, **request: Any) -> "ChatCompletion":
-        from openai.types.chat import ChatCompletion
+        from openai.types.chat import ChatCompletion  # openai only once a model is asked
 
         return await self._client.post("/chat/completions", body=request, cast_to=ChatCompletion)
 
@@ -147,8 +148,8 @@ class _LiteLLMClient:
         self._model, self._timeout = model, timeout
 
     async def create(self, **request: Any) -> "ChatCompletion":
-        import litellm
-        from openai.types.chat import ChatCompletion
+        import litellm  # seconds to import: only once an API model is asked
+        from openai.types.chat import ChatCompletion  # openai only once a model is asked
 
         request = {**request, "model": self._model}
         if "max_completion_tokens" in request:  # the loop's OpenAI name; litellm maps max_tokens per provider
@@ -184,8 +185,6 @@ def base_model_for(config_base: str, adapters: list["Path"]) -> str:
     """The base model vLLM must serve checkpoint adapters on: the one their run trained on
     (ART's model.json beside the checkpoints), which differs from the config's when the run
     was launched with ``--train_arg base_model=...``; the config's where no run says."""
-    from hpc.run.checkpoints import trained_base_model
-
     trained = {base for base in (trained_base_model(path.parent.parent) for path in adapters) if base}
     if len(trained) > 1:
         raise PolicyError(f"the checkpoints were trained on different base models ({', '.join(sorted(trained))}): "

@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import gc
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -58,12 +59,16 @@ from pydantic import BaseModel, Field
 
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, OutsideRun, RunDir, read_bytes, utc_now
 from hpc.run.serving import LOCALHOSTS
+from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import use_bundled_price_table
+from trainer.agent.rollout import AgentConfig, request_messages, rollout
+from trainer.agent.scenarios import Scenario, date_problem
+from trainer.evaluation.eval import EvalPlan, checkpoint_steps, default_runs_dir, slug
 from trainer.serving.guard import Guard
-from trainer.agent.scenarios import date_problem
+from trainer.serving.policy import PolicyError, PolicySpec, base_model_for, open_policy, parse_policy, served_name
+from trainer.serving.vllm_server import ServerSpec, VLLMServer, free_port
+from trainer.staging.data import default_data_dir
 from trainer.training.config import ConfigError, TrainerConfig, load_config
-from trainer.evaluation.eval import default_runs_dir, slug
-from trainer.serving.policy import PolicyError, PolicySpec, open_policy, parse_policy
 
 log = logging.getLogger("trainer.serve")
 SERVE_KEYS = ("model", "host", "port", "max_in_flight", "max_queue", "temperature", "body_timeout")
@@ -101,9 +106,6 @@ class Agent:
     info: dict[str, Any] = field(default_factory=dict)
 
     async def answer(self, question: str, inbox: str, query_date: str) -> Any:
-        from trainer.agent.rollout import AgentConfig, rollout
-        from trainer.agent.scenarios import Scenario
-
         scenario = Scenario(id=0, question=question, answer="", message_ids=(), how_realistic=1.0,
                             inbox_address=inbox, query_date=query_date, split="test")
         agent = AgentConfig(max_turns=self.config.max_turns, max_tokens=self.config.max_tokens,
@@ -124,7 +126,7 @@ class Invoke(BaseModel):
 
 
 def create_app(agent: Agent, settings: ServeSettings) -> Any:
-    from fastapi import FastAPI
+    from fastapi import FastAPI  # the web stack only in the service
     from fastapi.responses import JSONResponse
 
     app = FastAPI(title="ART-E email agent", version="1")
@@ -171,7 +173,7 @@ def create_app(agent: Agent, settings: ServeSettings) -> Any:
 def one_line_errors(app: Any) -> None:
     """Every refusal FastAPI makes itself (a field missing or of the wrong type, a body it cannot
     parse, an unknown path or method) as ``{"error": one line}``, like the service's own."""
-    from fastapi.exceptions import RequestValidationError
+    from fastapi.exceptions import RequestValidationError  # the web stack only in the service
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException
 
@@ -211,8 +213,6 @@ def answer_of(trajectory: Any, latency: float, with_transcript: bool) -> dict[st
                              # of which waiting for the model (the rest is the service and the tools)
                              "model_s": round(float(trajectory.metrics.get("llm_completion_duration", 0.0)), 3)}
     if with_transcript:
-        from trainer.agent.rollout import request_messages
-
         reply["transcript"] = request_messages(trajectory)
     return reply
 
@@ -262,9 +262,6 @@ def served_policy(spec: PolicySpec, config: TrainerConfig, run: RunDir,
     if spec.kind in ("litellm", "url"):
         yield open_policy(spec), info
         return
-    from trainer.evaluation.eval import EvalPlan, checkpoint_steps
-    from trainer.serving.policy import base_model_for, served_name
-    from trainer.serving.vllm_server import ServerSpec, VLLMServer, free_port
 
     adapters = {}
     if spec.kind == "checkpoint":
@@ -283,7 +280,7 @@ def served_policy(spec: PolicySpec, config: TrainerConfig, run: RunDir,
 def run_service(agent: Agent, settings: ServeSettings, on_ready: Callable[[], None]) -> None:
     """uvicorn until SIGTERM/SIGINT/SIGUSR1 (a job's end): then it stops taking requests and
     exits. ``on_ready`` runs once it listens (the address is written only then)."""
-    import uvicorn
+    import uvicorn  # the web stack only in the service
 
     server = uvicorn.Server(uvicorn.Config(create_app(agent, settings), host=settings.host, port=settings.port,
                                            log_level="warning", access_log=False, http=fastest("httptools", "auto")))
@@ -308,7 +305,7 @@ def event_loop_runner() -> Callable[[Any], Any]:
     """uvloop's where installed (uvicorn[standard]): several times less CPU per request than
     asyncio's own loop (bench/serve_load.py)."""
     try:
-        import uvloop
+        import uvloop  # optional: the faster event loop where installed
     except ImportError:
         return asyncio.run
     return uvloop.run
@@ -325,8 +322,6 @@ def import_request_path() -> None:
 
 def fastest(module: str, fallback: str) -> str:
     """``module`` (uvicorn's httptools parser) where installed, else ``fallback``."""
-    import importlib.util
-
     return module if importlib.util.find_spec(module) else fallback
 
 
@@ -393,9 +388,6 @@ def main(argv: list[str] | None = None) -> int:
     use_bundled_price_table()
     try:
         _, config, spec, settings, run = parse_args(sys.argv[1:] if argv is None else argv)
-        from trainer.staging.data import default_data_dir
-        from trainer.agent.email_db import EmailDB
-
         db_path = default_data_dir() / "enron_emails.db"
         if not db_path.exists():
             raise ServeError(f"no email database at {db_path}: stage it with python -m trainer.data prepare")

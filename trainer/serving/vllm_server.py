@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from hpc.job.vllm_runtime import with_runner_defaults
+from hpc.job.vllm_runtime import choose, with_runner_defaults
 from hpc.run.rundir import open_inside
 
 DEFAULT_TOOL_PARSER = "hermes"  # Qwen2.5's <tool_call> format
@@ -70,8 +70,6 @@ class ServerSpec:
 
 def find_vllm(env: Mapping[str, str] = os.environ) -> Path:
     """VLLM_BIN, else ART's runtime environment's vllm, else vllm on the PATH."""
-    from hpc.job.vllm_runtime import choose
-
     if env.get("VLLM_BIN"):
         return Path(env["VLLM_BIN"])
     runtime = choose(env).server

@@ -1,12 +1,15 @@
-"""A model the project makes: ``python -m trainer.data make-model DIR``.
+"""A model the project makes: ``python -m trainer.data make-model DIR [--size NAME]``.
 
 No weights can be fetched on the project's machines, and offline clusters often
 cannot fetch them either; a cluster's whole GPU stack (Unsloth loading, ART's vLLM
 runtime serving a LoRA, tool calls, GRPO, checkpoints) can still be checked with a
 model written here. ``DIR`` becomes an ordinary Hugging Face folder:
 
-- ``config.json`` and ``model.safetensors``: a Qwen2-architecture causal LM with
-  random weights (bf16; ``--size``: ``tiny`` about 5 MB, ``small`` about 30 MB);
+- ``config.json`` and the weights: a Qwen2-architecture causal LM with random bf16 weights
+  (trainer/staging/random_weights.py: ``model.safetensors``, or shards and their index). The
+  architectures are data, ``trainer/staging/model_sizes.yaml``: ``tiny`` (about 5 MB),
+  ``small`` (about 25 MB) and ``qwen2.5-14b``, Qwen2.5-14B-Instruct's published config
+  (14.77B parameters, 29.5 GB; written with torch on the GPU in about a minute);
 - ``tokenizer.json``: a byte-level BPE that the ``tokenizers`` library trains here on
   the staged email corpus (Qwen2's pre-tokenizer), with Qwen2.5's special tokens
   (``<|endoftext|>``, ``<|im_start|>``, ``<|im_end|>``) and its tool-call markers
@@ -16,20 +19,32 @@ model written here. ``DIR`` becomes an ordinary Hugging Face folder:
   in the system turn, ``<tool_call>`` JSON, ``<tool_response>`` turns), so Unsloth,
   vLLM and ART's tokenization take the folder unchanged.
 
+What differs from a real model beyond the weights: the vocabulary. The made tokenizer has a
+few thousand tokens (Qwen2.5's has 151,665) at other ids; the embedding keeps the size's
+rows (152,064 for ``qwen2.5-14b``). An id the model samples beyond the tokenizer decodes to
+nothing (``tokenizers``' DecodeStream gives None, vLLM an empty string); vLLM accepts prompt
+ids below the embedding's size, Unsloth only checks for tokens beyond the embedding, and ART
+trains on vLLM's token ids, not on re-tokenized text.
+
 Then ``--config smoke --train_arg base_model=DIR`` checks a cluster without a 30 GB
-download. Only numpy and tokenizers are needed (the frontend has both): the
-safetensors file is written by hand (its format is a JSON header and raw tensors).
+download. The frontend needs only numpy and tokenizers; with torch (the backend) the values
+come from torch's generator, on the GPU where there is one.
 """
 
 from __future__ import annotations
 
 import json
-import struct
+import shutil
+import time
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
+
+from hpc import yamlfile
+from trainer.agent.proof_reward import MADE_BY
+from trainer.staging.random_weights import INIT_STD, SHARD_BYTES, tensor_bytes, value_source, write_model_weights
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # Qwen2.5's, in its order
 TOOL_TOKENS = ("<tool_call>", "</tool_call>")  # added, not special: the parser must see them in the text
@@ -37,8 +52,9 @@ EOS, PAD = "<|im_end|>", "<|endoftext|>"
 # Qwen2's pre-tokenizer: contractions, letters with one leading non-letter, single digits, punctuation runs, spaces
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-INIT_STD = 0.02
-MAX_POSITIONS = 32768
+MAX_POSITIONS = 32768  # the tokenizer's model_max_length; a size's own is max_position_embeddings
+SIZES_FILE = Path(__file__).with_name("model_sizes.yaml")
+DISK_MARGIN = 1.05  # free space asked beyond the weights' bytes (tokenizer, config, filesystem)
 
 # Qwen2.5's chat format, written for this project: a system turn (with the tools' JSON
 # schemas and the call format when there are tools), user and assistant turns, assistant
@@ -85,25 +101,53 @@ CHAT_TEMPLATE = (
 
 @dataclass(frozen=True)
 class ModelSize:
-    """The shape of a made model: Qwen2's layout, small enough to write in a second."""
+    """A made model's architecture: one entry of model_sizes.yaml (config.json's keys of
+    Qwen2ForCausalLM, and make-model's own: ``about``, ``tokenizer_vocab``, ``vocab_size``)."""
 
+    name: str
+    about: str
     hidden_size: int
     intermediate_size: int
     num_hidden_layers: int
     num_attention_heads: int
     num_key_value_heads: int
-    vocab_size: int  # the tokenizer's target; the model's embedding is rounded up to a multiple of 64
+    tokenizer_vocab: int  # the BPE's target size
+    vocab_size: int | None  # the embedding's rows; None: the tokenizer's size rounded up to 64
+    head_dim: int
+    max_position_embeddings: int
+    max_window_layers: int
+    rope_theta: float
+    rms_norm_eps: float
+    hidden_act: str
+    tie_word_embeddings: bool
+    use_sliding_window: bool
+    sliding_window: int | None
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+    def embedding_rows(self, tokens: int) -> int:
+        """The embedding's rows for a tokenizer of ``tokens`` tokens."""
+        return self.vocab_size if self.vocab_size is not None else padded_vocab(tokens)
 
 
-SIZES = {
-    # head_dim 64 everywhere: FlashAttention's and vLLM's kernels take it
-    "tiny": ModelSize(256, 768, 2, 4, 2, 4096),
-    "small": ModelSize(512, 1536, 4, 8, 2, 8192),
-}
+# What an entry of model_sizes.yaml may leave out (head_dim and max_window_layers follow its shape).
+DEFAULTS = {"max_position_embeddings": MAX_POSITIONS, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+            "hidden_act": "silu", "tie_word_embeddings": True, "use_sliding_window": False, "sliding_window": None}
+
+
+def load_sizes(path: Path = SIZES_FILE) -> dict[str, ModelSize]:
+    """Every size of ``path``; a key it does not know is an error naming the file and the entry."""
+    known = {f.name for f in fields(ModelSize)} - {"name"}
+    sizes = {}
+    for name, entry in yamlfile.load(path.read_text())["sizes"].items():
+        unknown = sorted(set(entry) - known)
+        if unknown:
+            raise ValueError(f"{path}: size {name!r} has unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        values = {**DEFAULTS, "head_dim": entry["hidden_size"] // entry["num_attention_heads"],
+                  "max_window_layers": entry["num_hidden_layers"], **entry}
+        sizes[name] = ModelSize(name=name, **values)
+    return sizes
+
+
+SIZES = load_sizes()
 
 
 class ModelMakerError(ValueError):
@@ -112,7 +156,8 @@ class ModelMakerError(ValueError):
 
 def check_size(name: str) -> ModelSize:
     if name not in SIZES:
-        raise ModelMakerError(f"--size {name!r} is not a model size; accepted: {', '.join(SIZES)}")
+        raise ModelMakerError(f"--size {name!r} is not a model size; accepted: {', '.join(SIZES)} "
+                              f"({SIZES_FILE.name} beside {Path(__file__).name})")
     return SIZES[name]
 
 
@@ -188,23 +233,24 @@ def padded_vocab(tokens: int) -> int:
 
 
 def model_config(size: ModelSize, vocab: int, tokenizer) -> dict:
+    """config.json: the size's architecture, this tokenizer's special-token ids."""
     eos, pad = tokenizer.token_to_id(EOS), tokenizer.token_to_id(PAD)
     return {
         "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
         "vocab_size": vocab, "hidden_size": size.hidden_size, "intermediate_size": size.intermediate_size,
         "num_hidden_layers": size.num_hidden_layers, "num_attention_heads": size.num_attention_heads,
         "num_key_value_heads": size.num_key_value_heads, "head_dim": size.head_dim,
-        "max_position_embeddings": MAX_POSITIONS, "max_window_layers": size.num_hidden_layers,
-        "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "hidden_act": "silu", "attention_dropout": 0.0,
-        "initializer_range": INIT_STD, "tie_word_embeddings": True, "use_cache": True,
-        "use_sliding_window": False, "sliding_window": None,
+        "max_position_embeddings": size.max_position_embeddings, "max_window_layers": size.max_window_layers,
+        "rope_theta": size.rope_theta, "rms_norm_eps": size.rms_norm_eps, "hidden_act": size.hidden_act,
+        "attention_dropout": 0.0, "initializer_range": INIT_STD, "tie_word_embeddings": size.tie_word_embeddings,
+        "use_cache": True, "use_sliding_window": size.use_sliding_window, "sliding_window": size.sliding_window,
         "bos_token_id": pad, "eos_token_id": eos, "pad_token_id": pad,
         "torch_dtype": "bfloat16",
     }
 
 
 def tensor_shapes(size: ModelSize, vocab: int) -> Iterator[tuple[str, tuple[int, ...]]]:
-    """Qwen2ForCausalLM's parameters, named as transformers and vLLM load them (the LM head is tied)."""
+    """Qwen2ForCausalLM's parameters, named as transformers and vLLM load them (an untied LM head last)."""
     hidden, q, kv = size.hidden_size, size.num_attention_heads * size.head_dim, size.num_key_value_heads * size.head_dim
     yield "model.embed_tokens.weight", (vocab, hidden)
     for layer in range(size.num_hidden_layers):
@@ -219,47 +265,17 @@ def tensor_shapes(size: ModelSize, vocab: int) -> Iterator[tuple[str, tuple[int,
         yield f"{prefix}.mlp.up_proj.weight", (size.intermediate_size, hidden)
         yield f"{prefix}.mlp.down_proj.weight", (hidden, size.intermediate_size)
     yield "model.norm.weight", (hidden,)
+    if not size.tie_word_embeddings:
+        yield "lm_head.weight", (vocab, hidden)
 
 
-def initial_value(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Norms start at one, biases at zero, matrices normal(0, 0.02) as transformers initialises Qwen2."""
-    if name.endswith("norm.weight"):
-        return np.ones(shape, np.float32)
-    if name.endswith(".bias"):
-        return np.zeros(shape, np.float32)
-    return rng.normal(0.0, INIT_STD, shape).astype(np.float32)
-
-
-def to_bfloat16(values: np.ndarray) -> bytes:
-    """float32 to bfloat16 bytes, rounding to nearest even (numpy has no bfloat16 type)."""
-    bits = values.astype(np.float32).view(np.uint32)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    return rounded.astype("<u2").tobytes()
-
-
-def write_safetensors(path: Path, tensors: Iterable[tuple[str, tuple[int, ...], bytes]]) -> int:
-    """The safetensors format: an 8-byte little-endian header length, a JSON header naming
-    each tensor's dtype, shape and byte range, then the bytes. Returns the file's size."""
-    header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
-    blobs, offset = [], 0
-    for name, shape, data in tensors:
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    encoded = json.dumps(header, separators=(",", ":")).encode()
-    encoded += b" " * (-len(encoded) % 8)
-    with path.open("wb") as out:
-        out.write(struct.pack("<Q", len(encoded)))
-        out.write(encoded)
-        for blob in blobs:
-            out.write(blob)
-    return path.stat().st_size
-
-
-def write_weights(out: Path, size: ModelSize, vocab: int, seed: int) -> int:
-    rng = np.random.default_rng(seed)
-    return write_safetensors(out / "model.safetensors", (
-        (name, shape, to_bfloat16(initial_value(name, shape, rng))) for name, shape in tensor_shapes(size, vocab)))
+def check_disk(out: Path, size: ModelSize, vocab: int) -> None:
+    """Refuse before writing when the folder's filesystem cannot hold the weights."""
+    need = sum(tensor_bytes(shape) for _, shape in tensor_shapes(size, vocab)) * DISK_MARGIN
+    free = shutil.disk_usage(out).free
+    if free < need:
+        raise ModelMakerError(f"--size {size.name} needs {need / 1e9:.1f} GB free in {out}, which has "
+                              f"{free / 1e9:.1f} GB: free some, or give another folder")
 
 
 # -- the folder --------------------------------------------------------------------------------------------
@@ -275,29 +291,37 @@ class MadeModel:
     parameters: int
     weight_bytes: int
     corpus_texts: int
+    tokenizer_tokens: int
+    values_from: str  # "torch on cuda", "torch on cpu" or "numpy"
+    weight_seconds: float
 
 
 def write_json(path: Path, value: dict) -> None:
     path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
-def make_model(out: Path, texts: list[str], size_name: str = "small", seed: int = 0) -> MadeModel:
+def make_model(out: Path, texts: list[str], size_name: str = "small", seed: int = 0,
+               max_shard_bytes: int = SHARD_BYTES, prefer_torch: bool = True) -> MadeModel:
     """Write the model folder ``out`` (created; files in it are replaced) from ``texts``."""
     size = check_size(size_name)
     if not texts:
         raise ModelMakerError("no text to train the tokenizer on: stage the data first (python -m trainer.data prepare)")
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(texts, size.vocab_size)
-    vocab = padded_vocab(tokenizer.get_vocab_size())
+    tokenizer = train_tokenizer(texts, size.tokenizer_vocab)
+    vocab = size.embedding_rows(tokenizer.get_vocab_size())
+    check_disk(out, size, vocab)
     write_tokenizer(tokenizer, out)
     config = model_config(size, vocab, tokenizer)
     write_json(out / "config.json", config)
     write_json(out / "generation_config.json", {"bos_token_id": config["bos_token_id"], "pad_token_id": config["pad_token_id"],
                                                 "eos_token_id": [config["eos_token_id"], config["pad_token_id"]]})
-    weight_bytes = write_weights(out, size, vocab, seed)
+    values = value_source(seed, prefer_torch)
+    began = time.monotonic()
+    weight_bytes = write_model_weights(out, tensor_shapes(size, vocab), values, max_shard_bytes)
     parameters = sum(int(np.prod(shape)) for _, shape in tensor_shapes(size, vocab))
-    made = MadeModel(str(out), size_name, vocab, parameters, weight_bytes, len(texts))
-    write_json(out / "made_by.json", {"made_by": "python -m trainer.data make-model", "seed": seed, **asdict(made)})
+    made = MadeModel(str(out), size_name, vocab, parameters, weight_bytes, len(texts), tokenizer.get_vocab_size(),
+                     values.name, round(time.monotonic() - began, 1))
+    write_json(out / MADE_BY, {"made_by": "python -m trainer.data make-model", "seed": seed, **asdict(made)})
     return made
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import shutil
 import sys
@@ -29,12 +30,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainer.agent.email_db import EmailDB
 from trainer.agent.reward import Rubric
-from trainer.agent.rollout import AgentConfig, system_prompt
+from trainer.agent.rollout import AgentConfig
+from trainer.agent.scenarios import load_scenarios
 from trainer.agent.tools import READ_EMAIL, RETURN_FINAL_ANSWER, SEARCH_EMAILS, TOOL_SCHEMAS, EmailTools
+from trainer.staging.data import data_paths, default_data_dir
+from trainer.staging.inbox_policy import GOOD_SHARE, mixed
+from trainer.staging.scripted_moves import opening, play
 
 if TYPE_CHECKING:
-    from trainer.agent.email_db import EmailDB
     from trainer.agent.scenarios import Scenario
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
@@ -59,11 +64,6 @@ def keywords(question: str, email_text: str, limit: int = KEYWORDS_PER_SEARCH) -
     return found[:limit]
 
 
-def tool_call(number: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {"id": f"call_{number}", "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
-
-
 def scripted_conversation(scenario: "Scenario", db: "EmailDB", agent: AgentConfig) -> list[dict[str, Any]] | None:
     """A good agent's conversation on ``scenario`` through the real tools, or None when the
     answer's email is missing or no word of the question finds it."""
@@ -73,19 +73,12 @@ def scripted_conversation(scenario: "Scenario", db: "EmailDB", agent: AgentConfi
     words = keywords(scenario.question, f"{email.subject}\n{email.body}")
     if not words:
         return None
-    tools = EmailTools(scenario, db, Rubric())
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt(scenario, agent)},
-                                      {"role": "user", "content": scenario.question}]
+    tools, messages = EmailTools(scenario, db, Rubric()), opening(scenario, agent)
     moves = [(SEARCH_EMAILS, {"keywords": words}), (READ_EMAIL, {"message_id": email.message_id}),
              (RETURN_FINAL_ANSWER, {"answer": scenario.answer, "sources": [email.message_id]})]
-    for number, (name, arguments) in enumerate(moves, start=1):
-        call = tool_call(number, name, arguments)
-        outcome = tools.call(name, arguments)
-        if outcome.format_error:
+    for name, arguments in moves:
+        if play(messages, tools, name, arguments).format_error:
             return None
-        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        if outcome.final_answer is None:
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": outcome.content})
     return messages if email.message_id in messages[3]["content"] else None
 
 
@@ -147,8 +140,21 @@ class WarmupReport:
     tool_call_rate: float  # first turns (greedy) that parse as a tool call after the warm-up
 
 
+def tokenised(tokenizer: Any, conversations: list[list[dict[str, Any]]]) -> list[Example]:
+    """Each conversation as an Example; one that repeats (the same list object) is tokenised once."""
+    done: dict[int, Example] = {}
+    for messages in conversations:
+        if id(messages) not in done:
+            done[id(messages)] = to_example(tokenizer, messages)
+    return [done[id(messages)] for messages in conversations]
+
+
+def distinct(conversations: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The conversations without their repeats, in order."""
+    return list({id(messages): messages for messages in conversations}.values())
+
+
 def batches(examples: list[Example], size: int, steps: int, seed: int):  # -> Iterator[list[Example]]
-    import random
 
     rng = random.Random(seed)
     for _ in range(steps):
@@ -156,7 +162,7 @@ def batches(examples: list[Example], size: int, steps: int, seed: int):  # -> It
 
 
 def collate(batch: list[Example], pad_id: int, device: str):  # -> dict of tensors
-    import torch
+    import torch  # torch only in the warm-up's steps, not at --help
 
     width = max(len(example.input_ids) for example in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
@@ -170,7 +176,7 @@ def collate(batch: list[Example], pad_id: int, device: str):  # -> dict of tenso
 
 def train(model: Any, examples: list[Example], pad_id: int, *, steps: int, batch_size: int, learning_rate: float,
           seed: int, device: str, say=print) -> list[float]:
-    import torch
+    import torch  # torch only in the warm-up's steps, not at --help
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     model.train()
@@ -189,7 +195,7 @@ def train(model: Any, examples: list[Example], pad_id: int, *, steps: int, batch
 
 def tool_call_rate(model: Any, tokenizer: Any, conversations: list[list[dict[str, Any]]], device: str) -> float:
     """The share of first turns, generated greedily after the system and user messages, that parse as a tool call."""
-    import torch
+    import torch  # torch only in the warm-up's steps, not at --help
 
     model.eval()
     parsed = 0
@@ -214,35 +220,62 @@ def save(model: Any, base: Path, out: Path, report: WarmupReport) -> None:
     (out / "made_by.json").write_text(json.dumps({**made, "path": str(out), "warmup": report.__dict__}, indent=2) + "\n")
 
 
+def reference_policy(scenarios: list["Scenario"], db: "EmailDB", agent: AgentConfig, **_: Any) -> list[list[dict[str, Any]]]:
+    """A good agent on every scenario (the question's words that its email holds)."""
+    return scripted_conversations(scenarios, db, agent)
+
+
+def inbox_mix_policy(scenarios: list["Scenario"], db: "EmailDB", agent: AgentConfig, *,
+                     good_share: float) -> list[list[dict[str, Any]]]:
+    """The synthetic inboxes' imperfect mix (trainer.staging.inbox_policy): each question both ways,
+    the good search in a ``good_share`` of the copies."""
+    return [played.messages for played in mixed(scenarios, db, agent, good_share)]
+
+
+POLICIES = {"reference": reference_policy, "inbox-mix": inbox_mix_policy}
+
+
 def warm_up(base: Path, out: Path, data_dir: Path, *, steps: int, batch_size: int, learning_rate: float,
-            max_turns: int, seed: int = 0, check: int = 16, say=print) -> WarmupReport:
-    """Warm ``base`` up into ``out``; ``check`` conversations' first turns are generated after it."""
-    import torch
+            max_turns: int, seed: int = 0, check: int = 16, policy: str = "reference", good_share: float = 1.0,
+            say=print) -> WarmupReport:
+    """Warm ``base`` up into ``out`` on ``policy``'s conversations; ``check`` conversations' first
+    turns are generated after it."""
+    import torch  # torch only in the warm-up's steps, not at --help
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer.staging.data import data_paths
-    from trainer.agent.email_db import EmailDB
-    from trainer.agent.scenarios import load_scenarios
 
     with EmailDB(data_paths(data_dir).db) as db:
-        conversations = scripted_conversations(load_scenarios(data_dir, "train", limit=None), db,
-                                               AgentConfig(max_turns=max_turns))
+        conversations = POLICIES[policy](load_scenarios(data_dir, "train", limit=None), db,
+                                         AgentConfig(max_turns=max_turns), good_share=good_share)
     if not conversations:
         raise WarmupError(f"no training scenario of {data_dir} gives a scripted conversation (no question word found "
                           "its email); stage the data with `python -m trainer.data prepare`")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(str(base))
-    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.bfloat16 if device == "cuda" else torch.float32)
+    # float32 on any device: in bf16 weights Adam's small updates round away; saved as bf16 below
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     model.to(device)
-    examples = [to_example(tokenizer, messages) for messages in conversations]
-    say(f"warmup: {len(examples)} scripted conversations from {data_dir}, {steps} steps of {batch_size} on {device}")
+    examples = tokenised(tokenizer, conversations)
+    unique = distinct(conversations)
+    say(f"warmup: {len(unique)} scripted conversations from {data_dir} ({len(examples)} with repeats), {steps} steps "
+        f"of {batch_size} on {device}")
     began = time.monotonic()
     losses = train(model, examples, tokenizer.pad_token_id, steps=steps, batch_size=batch_size,
                    learning_rate=learning_rate, seed=seed, device=device, say=say)
-    report = WarmupReport(len(examples), steps, round(losses[0], 4), round(losses[-1], 4),
-                          round(time.monotonic() - began, 1), round(tool_call_rate(model, tokenizer, conversations[:check], device), 3))
+    first_turns = tool_call_rate(model, tokenizer, unique[::max(1, len(unique) // check)][:check], device)
+    report = WarmupReport(len(unique), steps, round(losses[0], 4), round(losses[-1], 4),
+                          round(time.monotonic() - began, 1), round(first_turns, 3))
     save(model.to(torch.bfloat16), base, out, report)
     return report
+
+
+def good_share(args: argparse.Namespace) -> float:
+    """--good_share, checked: only the inbox mix has one (1.0, every conversation good, otherwise)."""
+    if args.good_share is None:
+        return GOOD_SHARE if args.policy == "inbox-mix" else 1.0
+    if args.policy != "inbox-mix" or not 0 <= args.good_share <= 1:
+        raise WarmupError(f"--good_share {args.good_share}: accepted: a number from 0 to 1, with --policy inbox-mix")
+    return args.good_share
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,8 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--learning_rate", type=float, default=1e-3)
     parser.add_argument("--max_turns", type=int, default=10, help="as the RL run's config (the system prompt says it)")
+    parser.add_argument("--policy", choices=sorted(POLICIES), default="reference",
+                        help="reference: a good agent on every training scenario; inbox-mix: the synthetic inboxes' "
+                             "scripted mix of a good and a weak search (trainer/staging/inbox_policy.py)")
+    parser.add_argument("--good_share", type=float, default=None,
+                        help="inbox-mix: the share of conversations with the good search (default 0.25)")
+    parser.add_argument("--seed", type=int, default=0, help="the batches' order and the mix's choices")
     args = parser.parse_args(argv)
-    from trainer.staging.data import default_data_dir
 
     try:
         if args.steps < 1 or args.batch_size < 1:
@@ -265,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
             raise WarmupError(f"{args.base} is not a model folder (no config.json); make one with "
                               "`python -m trainer.data make-model DIR`")
         report = warm_up(args.base, args.out, args.data_dir or default_data_dir(), steps=args.steps,
-                         batch_size=args.batch_size, learning_rate=args.learning_rate, max_turns=args.max_turns)
+                         batch_size=args.batch_size, learning_rate=args.learning_rate, max_turns=args.max_turns,
+                         seed=args.seed, policy=args.policy, good_share=good_share(args))
     except WarmupError as error:
         print(f"trainer.warmup: error: {error}", file=sys.stderr)
         return 2

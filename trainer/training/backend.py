@@ -12,8 +12,10 @@ import importlib
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
+from trainer.staging.model_cache import offline_cache_problem
 from trainer.training.config import TrainerConfig, one_line, vllm_engine_args
 from trainer.training.environment import Paths, metrics_reporters
 from trainer.training.exits import BackendDidNotStart, SetupError
@@ -24,16 +26,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("trainer")
 
 
-def build_model(config: TrainerConfig, run_name: str, report_metrics: list[str]) -> "art.TrainableModel":
+def build_model(config: TrainerConfig, run_name: str, report_metrics: list[str]) -> art.TrainableModel:
     """The LoRA model, with the config's GPU memory settings in ART's InternalModelConfig.
 
     ``run_name`` (the job name) names the checkpoint folder and the W&B run;
     ``config.model_name`` is only the alias vLLM serves the adapter under."""
-    import art
+    import art  # art only once the preflight passed and the environment is set (trainer.training.train)
 
     gpu_mode = "shared" if config.gpu_mode == "auto" else config.gpu_mode  # auto outside a launched job
     internal = art.dev.InternalModelConfig(
-        init_args=art.dev.InitArgs(max_seq_length=config.max_seq_length),
+        init_args=art.dev.InitArgs(max_seq_length=config.max_seq_length, load_in_4bit=config.load_in_4bit),
         engine_args=art.dev.EngineArgs(**vllm_engine_args(config, gpu_mode)),
         **gpu_placement(gpu_mode),
     )
@@ -80,7 +82,7 @@ def backend_class(spec: str) -> type:
     nothing, ``tests.doubles.art_backend:FakeBackend``)."""
     if spec == "local":
         try:
-            from art.local import LocalBackend
+            from art.local import LocalBackend  # the GPU packages: only where the config asks for them
         except ImportError as error:
             raise SetupError(
                 f"backend 'local' (ART's LocalBackend) cannot be imported ({error}); it needs the GPU "
@@ -96,7 +98,7 @@ def backend_class(spec: str) -> type:
 
 
 async def start_backend(config: TrainerConfig, paths: Paths,
-                        resources: contextlib.AsyncExitStack) -> tuple[Any, "art.TrainableModel"]:
+                        resources: contextlib.AsyncExitStack) -> tuple[Any, art.TrainableModel]:
     """Construct the backend (closed with ``resources``) and register the model with it, where
     LocalBackend loads the model and starts vLLM; the seconds from construction to registered
     go to startups.jsonl, from which the next jobs predict their start-up."""
@@ -115,7 +117,7 @@ async def start_backend(config: TrainerConfig, paths: Paths,
     return backend, model
 
 
-async def register(model: "art.TrainableModel", backend: Any) -> None:
+async def register(model: art.TrainableModel, backend: Any) -> None:
     """``model.register``, where ART's LocalBackend starts its model service (Unsloth, then
     vLLM) in a child process that prints its own error; a failure there is one line here."""
     try:
@@ -135,8 +137,6 @@ def server_config(env: dict[str, str] | os._Environ) -> dict[str, Any] | None:
 def check_models_cached(config: TrainerConfig, env: dict[str, str] | os._Environ) -> None:
     """Offline (HF_HUB_OFFLINE=1), ART's LocalBackend can load only what the HF cache holds:
     fail now, naming the missing repositories, not after minutes of start-up."""
-    from trainer.staging.model_cache import offline_cache_problem
-
     if config.backend != "local" or env.get("HF_HUB_OFFLINE") != "1":
         return
     problem = offline_cache_problem(config.base_model, env)

@@ -25,11 +25,10 @@ from trainer.training.config import TrainerConfig
 from trainer.training.environment import Paths
 from trainer.training.exits import SetupError
 from trainer.training.stop_request import StopRequest
+from trainer.training.validation import Validator
 
 if TYPE_CHECKING:
     import art
-
-    from trainer.training.validation import Validator
 
 log = logging.getLogger("trainer")
 
@@ -44,7 +43,7 @@ def boundary_rule(config: TrainerConfig) -> BoundaryRule:
         raise SetupError(str(error)) from None
 
 
-async def stop_before_step(validator: "Validator | None", model: "art.TrainableModel", done: int, total: int,
+async def stop_before_step(validator: Validator | None, model: art.TrainableModel, done: int, total: int,
                            stop: StopRequest, boundary: BoundaryRule, run: RunDir) -> StopRecord | None:
     """Why the loop stops before training step ``done + 1``, if it does: the validation due
     first does not fit or is cut short, a stop was requested, or the step would not end
@@ -59,7 +58,7 @@ async def stop_before_step(validator: "Validator | None", model: "art.TrainableM
     return boundary_stop(boundary.check(step_durations(run)), f"step {done + 1}", done)
 
 
-async def stop_before_validation(validator: "Validator | None", model: "art.TrainableModel", done: int, total: int,
+async def stop_before_validation(validator: Validator | None, model: art.TrainableModel, done: int, total: int,
                                  stop: StopRequest, boundary: BoundaryRule, run: RunDir) -> StopRecord | None:
     """Run the validation owed at ``done``, if any; why not, when it did not fit or a stop
     request cut it short (nothing is recorded then, and the next job runs it)."""

@@ -25,10 +25,12 @@ import yaml
 
 from hpc import yamlfile
 from hpc.digits import ascii_float, ascii_int
+from hpc.errors import one_line
 from hpc.job.deadline import DEFAULT_SETTINGS as DEFAULT_BOUNDARY
+from trainer.agent.proof_reward import PROOF_REWARD, refusal
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
-REWARDS = ("judge", "ruler")
+REWARDS = ("judge", "ruler", PROOF_REWARD)  # the last: the GPU proof's, for a made model only (proof_reward.py)
 LOSS_FUNCTIONS = ("ppo", "cispo")  # what ART's LocalBackend.train accepts
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence", "average", "geometric_average")
 GPU_MODES = ("auto", "shared", "dedicated")
@@ -115,6 +117,10 @@ class TrainerConfig:
 
     # GPU memory
     gpu_memory_utilization: float | None = None  # vLLM's share of its GPU; None: VLLM_SHARE[gpu mode]
+    # Unsloth's copy of the base model, which the LoRA trains on: 4 bits (QLoRA, ART's default) or, false,
+    # bf16 as vLLM serves it. A small model's 4-bit copy gives other token probabilities than the
+    # model vLLM samples from, and PPO's ratio against vLLM's logprobs then clips what should train.
+    load_in_4bit: bool = True
     max_seq_length: int = 32768
     # shared: vLLM and training take turns on one GPU (vLLM sleeps while training: ART's
     # default); dedicated: training on the run's first GPU, vLLM on its second (ART's
@@ -154,7 +160,7 @@ CHECKS: dict[str, Check] = {
     "temperature": (lambda v: v >= 0, "a number >= 0"),
     "trajectories_per_group": _POSITIVE,
     "groups_per_step": _POSITIVE,
-    "learning_rate": (lambda v: v > 0, "a number > 0"),
+    "learning_rate": (lambda v: v >= 0, "a number >= 0 (0 trains nothing: a control run)"),
     "num_epochs": _POSITIVE,
     "training_dataset_size": (lambda v: v >= 1, "an integer >= 1, or null for all scenarios"),
     "max_messages": _POSITIVE,
@@ -184,9 +190,16 @@ FAST_START_ENGINE_ARGS = {"enforce_eager": True, "kernel_config": {"enable_flash
 
 
 def vllm_engine_args(config: "TrainerConfig", gpu_mode: str) -> dict[str, Any]:
-    """The vLLM engine arguments a run sets: its memory share, and ``vllm_fast_start``'s."""
+    """The vLLM engine arguments a run sets: its memory share, its context (``max_seq_length``, as
+    ``trainer.serve`` and ``trainer.eval`` give their vLLM), and ``vllm_fast_start``'s.
+
+    ART passes no ``max_model_len``, so vLLM took the model's own (32768 for Qwen2.5) and refused to
+    start where the KV cache of that context did not fit, whatever ``max_seq_length`` the launcher
+    had planned the GPU's memory with (hpc/launcher/gpu_memory.py: a 40 GB A100 fits agent_008 at
+    ``max_seq_length=29696``). A conversation longer than ``max_seq_length`` could not be trained on
+    anyway (ART drops it)."""
     fast = FAST_START_ENGINE_ARGS if config.vllm_fast_start else {}
-    return {"gpu_memory_utilization": vllm_share(config, gpu_mode), **fast}
+    return {"gpu_memory_utilization": vllm_share(config, gpu_mode), "max_model_len": config.max_seq_length, **fast}
 
 
 def known_configs() -> list[str]:
@@ -248,7 +261,11 @@ def build_config(values: dict[str, Any], source: str = "config") -> TrainerConfi
     coerced = {key: coerce(key, value, hints[key]) for key, value in values.items()}
     for key, value in coerced.items():
         check_value(key, value)
-    return TrainerConfig(**coerced)
+    config = TrainerConfig(**coerced)
+    refused = refusal(config.reward, config.base_model)
+    if refused:
+        raise ConfigError(f"{source}: {refused}")
+    return config
 
 
 def check_value(key: str, value: Any) -> None:
@@ -329,7 +346,3 @@ def to_str(value: Any) -> str:
 
 
 COERCERS: dict[type, Callable[[Any], Any]] = {bool: to_bool, int: to_int, float: to_float, str: to_str}
-
-
-def one_line(error: Exception) -> str:
-    return " ".join(str(error).split())

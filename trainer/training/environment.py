@@ -1,7 +1,7 @@
 """Where the run's files are, and the environment the libraries read when they are imported.
 
 ``resolve_paths`` reads what the job gives the workload (``HPC_RUN_DIR``, ``ART_PATH``,
-``DATA_DIR``), with the defaults of a run by hand;
+``DATA_DIR``: hpc/job/workload_env.py), with the defaults of a run by hand;
 ``configure_environment`` sets what must be set before ``import art``.
 """
 
@@ -16,6 +16,8 @@ from pathlib import Path
 from hpc.job.vllm_runtime import art_runtime_env
 from hpc.run.checkpoints import model_dir as art_model_dir
 from hpc.run.rundir import RunDir
+from trainer.staging.data import default_data_dir
+from trainer.staging.sources import SourceError
 from trainer.training.config import TrainerConfig
 from trainer.training.exits import SetupError
 
@@ -37,11 +39,9 @@ class Paths:
 
 
 def resolve_paths(config_name: str, config: TrainerConfig, env: dict[str, str] | os._Environ) -> Paths:
-    from trainer.staging.data import SourceError, default_data_dir  # honours $DATA_DIR, else the dotenv files
-
     run_dir = Path(env.get("HPC_RUN_DIR") or REPO_DIR / "runs" / config_name).absolute()
     try:
-        data_dir = default_data_dir().absolute()
+        data_dir = default_data_dir().absolute()  # honours $DATA_DIR, else the dotenv files
     except SourceError as error:
         raise SetupError(str(error)) from None
     art_path = Path(env.get("ART_PATH") or run_dir / "art").absolute()

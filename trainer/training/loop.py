@@ -10,29 +10,31 @@ import gc
 import logging
 import os
 import time
-from dataclasses import asdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc.job.deadline import BoundaryRule, StopRecord, record_stop
 from hpc.run.checkpoints import quarantine_incomplete
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, utc_now
+from trainer.agent.email_db import EmailDB
+from trainer.agent.judge import Judge
+from trainer.agent.scenarios import Scenario, load_scenarios
 from trainer.training.backend import check_models_cached, start_backend
 from trainer.training.boundary import boundary_rule, stop_before_backend, stop_before_step, stop_before_validation
 from trainer.training.config import TrainerConfig, shuffle_seed
 from trainer.training.environment import Paths
 from trainer.training.exits import SetupError, StepFailed
-from trainer.training.progress import StepClock, step_stats, total_steps, write_progress
+from trainer.training.preflight_checks import data_ready
+from trainer.training.progress import StepClock, StepRecord, record_step, step_stats, total_steps
 from trainer.training.rollouts import Abandoned, Rollouts, gather_step, make_rollouts
 from trainer.training.stop_request import StopRequest
 from trainer.training.training_step import Objective, train_and_log
+from trainer.training.validation import Validator, validation_scenarios
 
 if TYPE_CHECKING:
     import art
-
-    from trainer.agent.email_db import EmailDB
-    from trainer.agent.scenarios import Scenario
-    from trainer.training.validation import Validator
+    from art.utils.iterate_dataset import DatasetBatch
 
 log = logging.getLogger("trainer")
 
@@ -45,11 +47,9 @@ async def train(config: TrainerConfig, paths: Paths, stop: StopRequest) -> int:
     the data checks (a bad setup is still reported, exit 78) and the torn checkpoint set aside
     (so the step a stop records is the one ART would resume from), before the backend exists
     (nothing on the GPU yet: stopping here wastes nothing)."""
-    from trainer.agent.email_db import EmailDB
-
     stop.attach(asyncio.get_running_loop())
     try:
-        db_path = check_data(paths.data_dir)
+        db_path = data_ready(config, paths.data_dir, os.environ)  # the preflight's data checks
         scenarios = load_training_scenarios(config, paths.data_dir)
         log.info("data: %s, %d training scenarios", paths.data_dir, len(scenarios))
         check_models_cached(config, os.environ)
@@ -70,15 +70,14 @@ async def train(config: TrainerConfig, paths: Paths, stop: StopRequest) -> int:
             resources.callback(db.close)
             backend, model = await start_backend(config, paths, resources)
             rollouts = make_rollouts(config, paths, db)
-            validator = make_validator(config, paths, db, rollouts)
-            return await train_steps(model, backend, scenarios, rollouts, config, paths, stop, boundary, validator)
+            training = Training(model, backend, rollouts, config, paths, stop, boundary,
+                                make_validator(config, paths, db, rollouts))
+            return await train_steps(training, scenarios)
     finally:
         stop.detach()
 
 
-def load_training_scenarios(config: TrainerConfig, data_dir: Path) -> list["Scenario"]:
-    from trainer.agent.scenarios import load_scenarios
-
+def load_training_scenarios(config: TrainerConfig, data_dir: Path) -> list[Scenario]:
     scenarios = load_scenarios(
         data_dir,
         "train",
@@ -93,24 +92,9 @@ def load_training_scenarios(config: TrainerConfig, data_dir: Path) -> list["Scen
     return scenarios
 
 
-def check_data(data_dir: Path) -> Path:
-    """The email database path; a missing data directory is one clear line, not a traceback."""
-    from trainer.staging.data import data_paths
-
-    paths = data_paths(data_dir)
-    missing = [str(p) for p in (data_dir, paths.db, paths.scenarios("train")) if not Path(p).exists()]
-    if missing:
-        raise SetupError(f"training data not found ({', '.join(missing)} missing); stage it on a login node "
-                         "with internet: `python -m trainer.data prepare` (DATA_DIR chooses where)")
-    return Path(paths.db)
-
-
-def make_validator(config: TrainerConfig, paths: Paths, db: "EmailDB", rollouts: Rollouts) -> "Validator | None":
+def make_validator(config: TrainerConfig, paths: Paths, db: EmailDB, rollouts: Rollouts) -> Validator | None:
     """Validation with the training loop's own agent; its judge even when training uses RULER
     (validation reports answer accuracy). None when val_set_size is 0."""
-    from trainer.agent.judge import Judge
-    from trainer.training.validation import Validator, validation_scenarios
-
     scenarios = validation_scenarios(config, paths.data_dir)
     if not scenarios:
         return None
@@ -119,17 +103,30 @@ def make_validator(config: TrainerConfig, paths: Paths, db: "EmailDB", rollouts:
                      config.eval_concurrency, config.keep_every_steps, config.prune_checkpoints)
 
 
-async def train_steps(
-    model: "art.TrainableModel",
-    backend: Any,
-    scenarios: list["Scenario"],
-    rollouts: Rollouts,
-    config: TrainerConfig,
-    paths: Paths,
-    stop: StopRequest,
-    boundary: BoundaryRule,
-    validator: "Validator | None" = None,
-) -> int:
+@dataclass(frozen=True)
+class Training:
+    """What every step of this job uses: the model and its backend, the rollouts, the run's files,
+    the stop request, the stop-at-boundary rule and the validation (None when val_set_size is 0)."""
+
+    model: art.TrainableModel
+    backend: Any
+    rollouts: Rollouts
+    config: TrainerConfig
+    paths: Paths
+    stop: StopRequest
+    boundary: BoundaryRule
+    validator: Validator | None = None
+
+    async def stop_before_step(self, done: int, total: int) -> StopRecord | None:
+        return await stop_before_step(self.validator, self.model, done, total, self.stop, self.boundary,
+                                      self.paths.run_dir)
+
+    async def stop_before_validation(self, done: int, total: int) -> StopRecord | None:
+        return await stop_before_validation(self.validator, self.model, done, total, self.stop, self.boundary,
+                                            self.paths.run_dir)
+
+
+async def train_steps(training: Training, scenarios: list[Scenario]) -> int:
     """The training loop proper, from the model's current step to the end (or a stop).
 
     Numbering: ``iterate_dataset`` calls its batches 0, 1, ...; training batch
@@ -142,55 +139,61 @@ async def train_steps(
     (hpc/job/deadline.py; ``train`` asked it once before the backend started) predicts
     it ends before the job's stop signal may come; every stop, and the finish, is a
     line of ``stops.jsonl``."""
-    from art.utils import iterate_dataset
+    from art.utils import iterate_dataset  # art only once the preflight passed and the environment is set
 
-    done = await model.get_step()
+    config, run = training.config, training.paths.run_dir
+    done = await training.model.get_step()
     total = total_steps(len(scenarios), config)
     log.info("%d of %d steps done; continuing (%d scenarios, %d groups x %d rollouts per step, %d epoch(s))",
              done, total, len(scenarios), config.groups_per_step, config.trajectories_per_group, config.num_epochs)
     clock = StepClock()
     batches = iterate_dataset(scenarios, config.groups_per_step, config.num_epochs, initial_step=done, use_tqdm=False)
     for batch in batches:
-        stopped = await stop_before_step(validator, model, done, total, stop, boundary, paths.run_dir)
-        if stopped is not None:
-            record_stop(paths.run_dir, stopped)
+        stopped = await training.stop_before_step(done, total)
+        trained = await train_batch(training, batch, done, total, clock) if stopped is None else stopped
+        if isinstance(trained, StopRecord):
+            record_stop(run, trained)
             return EXIT_STOPPED_FOR_TIME
-        number = batch.step + 1
-        began, started_at = time.monotonic(), utc_now()
-        log.info("step %d/%d (epoch %d): rollouts on %d scenarios", number, total, batch.epoch, len(batch.items))
-        groups = await gather_step(model, batch, rollouts, stop)
-        gathered = time.monotonic()
-        if isinstance(groups, Abandoned):
-            log.info("stopped (%s) with %d of %d steps done; step %d will be redone (%.1f rollout-seconds abandoned)",
-                     stop.signal_name, done, total, number, groups.lost_rollout_seconds)
-            record_stop(paths.run_dir, StopRecord(done, "signal", groups.lost_rollout_seconds))
-            return EXIT_STOPPED_FOR_TIME
-        if not groups:
-            raise StepFailed(f"step {number}: every group failed (rollouts or RULER); nothing to train on")
-        stats = step_stats(groups)
-        log.info("step %d/%d: training on %d groups (%d trajectories, %d rollout exceptions)",
-                 number, total, len(groups), stats.trajectories, stats.exceptions)
-        done = await train_and_log(model, backend, groups, objective=Objective.from_config(config),
-                                   batch_step=batch.step)
-        if done != number:
-            raise StepFailed(f"step {number}: the backend reports step {done} after training; "
-                             "checkpoints and data order no longer match")
-        clock.add(time.monotonic() - began)
-        write_progress(paths.run_dir, step=done, total=total, epoch=batch.epoch, stats=stats, clock=clock)
-        paths.run_dir.append_step({"step": done, "started": started_at, "seconds": round(clock.durations[-1], 3),
-                                   "rollout_seconds": round(gathered - began, 3), **asdict(stats)})
-        log.info("step %d/%d done in %.0fs: reward %s, accuracy %s, judge failures %d",
-                 done, total, clock.durations[-1], stats.reward_mean, stats.answer_accuracy, stats.judge_failures)
+        done = trained
         if len(clock.durations) == 1:
             settle_heap()
-    stopped = await stop_before_validation(validator, model, done, total, stop, boundary, paths.run_dir)
+    stopped = await training.stop_before_validation(done, total)
     if stopped is not None:
-        record_stop(paths.run_dir, stopped)
+        record_stop(run, stopped)
         return EXIT_STOPPED_FOR_TIME
-    paths.run_dir.mark_done(done, total)
-    record_stop(paths.run_dir, StopRecord(done, "finished"))
+    run.mark_done(done, total)
+    record_stop(run, StopRecord(done, "finished"))
     log.info("training finished: %d of %d steps done", done, total)
     return 0
+
+
+async def train_batch(training: Training, batch: DatasetBatch[Scenario], done: int, total: int,
+                      clock: StepClock) -> int | StopRecord:
+    """Step ``batch.step + 1``: its rollouts gathered, trained on and recorded (progress.json,
+    steps.jsonl); the steps done after it, or the stop when a stop request abandoned its rollouts."""
+    number = batch.step + 1
+    began, started_at = time.monotonic(), utc_now()
+    log.info("step %d/%d (epoch %d): rollouts on %d scenarios", number, total, batch.epoch, len(batch.items))
+    groups = await gather_step(training.model, batch, training.rollouts, training.stop)
+    gathered = time.monotonic()
+    if isinstance(groups, Abandoned):
+        log.info("stopped (%s) with %d of %d steps done; step %d will be redone (%.1f rollout-seconds abandoned)",
+                 training.stop.signal_name, done, total, number, groups.lost_rollout_seconds)
+        return StopRecord(done, "signal", groups.lost_rollout_seconds)
+    if not groups:
+        raise StepFailed(f"step {number}: every group failed (rollouts or RULER); nothing to train on")
+    stats = step_stats(groups)
+    log.info("step %d/%d: training on %d groups (%d trajectories, %d rollout exceptions)",
+             number, total, len(groups), stats.trajectories, stats.exceptions)
+    done = await train_and_log(training.model, training.backend, groups,
+                               objective=Objective.from_config(training.config), batch_step=batch.step)
+    if done != number:
+        raise StepFailed(f"step {number}: the backend reports step {done} after training; "
+                         "checkpoints and data order no longer match")
+    clock.add(time.monotonic() - began)
+    record_step(training.paths.run_dir, StepRecord(done, total, batch.epoch, started_at, gathered - began, stats),
+                clock)
+    return done
 
 
 def settle_heap() -> None:

@@ -1,12 +1,14 @@
 """What each step reports: its statistics (reward, accuracy, judge failures, spread), the run's
-step count, and ``progress.json`` with the ETA.
+step count, ``progress.json`` with the ETA, and the step's line of ``steps.jsonl``.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from hpc.run.rundir import RunDir
 from trainer.training.config import TrainerConfig
@@ -15,6 +17,7 @@ from trainer.training.training_step import reward_spread
 if TYPE_CHECKING:
     import art
 
+log = logging.getLogger("trainer")
 
 @dataclass(frozen=True)
 class StepStats:
@@ -28,7 +31,7 @@ class StepStats:
     reward_spread: float | None = None  # mean within-group reward std: 0 means GRPO has nothing to learn
 
 
-def step_stats(groups: Iterable["art.TrajectoryGroup"]) -> StepStats:
+def step_stats(groups: Iterable[art.TrajectoryGroup]) -> StepStats:
     groups = list(groups)
     trajectories = [t for group in groups for t in group.trajectories]
     rewards = [t.reward for t in trajectories]
@@ -77,3 +80,24 @@ def write_progress(run_dir: RunDir, *, step: int, total: int, epoch: int, stats:
         "seconds_per_step": round(clock.seconds_per_step, 1),
         "eta_seconds": round(max(total - step, 0) * clock.seconds_per_step),
     })
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One trained step, as the run directory records it."""
+
+    done: int  # steps done after it: its checkpoint's number
+    total: int
+    epoch: int
+    started: str  # ISO time (hpc.run.rundir.utc_now)
+    rollout_seconds: float  # from its start to its rollouts gathered
+    stats: StepStats
+
+
+def record_step(run_dir: RunDir, step: StepRecord, clock: StepClock) -> None:
+    """progress.json, the step's line of steps.jsonl, and its line in the log (``clock`` has timed it)."""
+    write_progress(run_dir, step=step.done, total=step.total, epoch=step.epoch, stats=step.stats, clock=clock)
+    run_dir.append_step({"step": step.done, "started": step.started, "seconds": round(clock.durations[-1], 3),
+                         "rollout_seconds": round(step.rollout_seconds, 3), **asdict(step.stats)})
+    log.info("step %d/%d done in %.0fs: reward %s, accuracy %s, judge failures %d", step.done, step.total,
+             clock.durations[-1], step.stats.reward_mean, step.stats.answer_accuracy, step.stats.judge_failures)

@@ -11,9 +11,15 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
+from trainer.agent.email_db import EmailDB
+from trainer.agent.judge import DEFAULT_JUDGE_MODEL, Judge, score_group_with_ruler
+from trainer.agent.proof_reward import PROOF_REWARD, score_group
+from trainer.agent.rollout import AgentConfig, rollout
+from trainer.agent.scenarios import Scenario
 from trainer.training.config import TrainerConfig
 from trainer.training.environment import Paths
 from trainer.training.exits import StepFailed
@@ -22,11 +28,6 @@ from trainer.training.stop_request import StopRequest
 if TYPE_CHECKING:
     import art
     from art.utils.iterate_dataset import DatasetBatch
-
-    from trainer.agent.email_db import EmailDB
-    from trainer.agent.judge import Judge
-    from trainer.agent.rollout import AgentConfig
-    from trainer.agent.scenarios import Scenario
 
 log = logging.getLogger("trainer")
 
@@ -44,12 +45,12 @@ class RolloutTasks:
         self._slots = asyncio.Semaphore(concurrency)  # rollouts in flight at once (config rollout_concurrency)
         self._spans: list[RolloutSpan] = []  # every rollout that started (got a slot)
 
-    def start(self, rollout: Coroutine[Any, Any, "art.Trajectory"]) -> asyncio.Task:
+    def start(self, rollout: Coroutine[Any, Any, art.Trajectory]) -> asyncio.Task:
         task = asyncio.ensure_future(self._bounded(rollout))
         self._tasks.add(task)
         return task
 
-    async def _bounded(self, rollout: Coroutine[Any, Any, "art.Trajectory"]) -> "art.Trajectory":
+    async def _bounded(self, rollout: Coroutine[Any, Any, art.Trajectory]) -> art.Trajectory:
         async with self._slots:
             span = RolloutSpan(time.monotonic())
             self._spans.append(span)
@@ -90,18 +91,19 @@ class Abandoned:
 class Rollouts:
     """What every rollout of the run shares."""
 
-    db: "EmailDB"
-    judge: "Judge | None"  # None when reward=ruler: RULER scores whole groups instead
-    agent: "AgentConfig"
+    db: EmailDB
+    judge: Judge | None  # None when reward=ruler: RULER scores whole groups instead
+    agent: AgentConfig
     trajectories_per_group: int
     concurrency: int  # rollouts in flight at once
     max_rollout_exceptions: float  # fraction of a step's rollouts that may raise before the step fails
     ruler_judge_model: str | None  # set when reward=ruler: score each group with RULER
+    proof_reward: bool = False  # reward=proof_only_text_hash: the GPU proof's scoring (trainer/agent/proof_reward.py)
 
 
 async def gather_step(
-    model: "art.TrainableModel", batch: "DatasetBatch[Scenario]", rollouts: Rollouts, stop: StopRequest
-) -> list["art.TrajectoryGroup"] | Abandoned:
+    model: art.TrainableModel, batch: DatasetBatch[Scenario], rollouts: Rollouts, stop: StopRequest
+) -> list[art.TrajectoryGroup] | Abandoned:
     """The step's trajectory groups, or ``Abandoned`` if a stop request came first.
 
     A stop during rollouts abandons them: they are cancelled and nothing of
@@ -125,13 +127,11 @@ async def gather_step(
 
 
 async def gather_groups(
-    model: "art.TrainableModel", batch: "DatasetBatch[Scenario]", rollouts: Rollouts, tasks: RolloutTasks
-) -> list["art.TrajectoryGroup"]:
+    model: art.TrainableModel, batch: DatasetBatch[Scenario], rollouts: Rollouts, tasks: RolloutTasks
+) -> list[art.TrajectoryGroup]:
     """ART-E's gather: ``trajectories_per_group`` rollouts of each scenario of the batch,
     at most ``max_rollout_exceptions`` of them failing, RULER scoring when reward=ruler."""
-    import art
-
-    from trainer.agent.rollout import rollout
+    import art  # art only once the preflight passed and the environment is set (trainer.training.train)
 
     groups = await art.gather_trajectory_groups(
         (
@@ -144,14 +144,14 @@ async def gather_groups(
             for scenario in batch.items
         ),
         pbar_desc=f"step {batch.step + 1}",
-        after_each=ruler_scorer(rollouts.ruler_judge_model),
+        after_each=proof_scorer() if rollouts.proof_reward else ruler_scorer(rollouts.ruler_judge_model),
     )
     check_rollout_failures(groups, len(batch.items) * rollouts.trajectories_per_group,
                            rollouts.max_rollout_exceptions, batch.step + 1)
     return [group for group in groups if group.trajectories]
 
 
-def check_rollout_failures(groups: list["art.TrajectoryGroup"], count: int, allowed: float, number: int) -> None:
+def check_rollout_failures(groups: list[art.TrajectoryGroup], count: int, allowed: float, number: int) -> None:
     """ART-E's rule, counted per rollout: more than ``floor(allowed * count)`` failed
     rollouts fail the step (ART's own gather counts a whole group per failure with
     ``art.trajectory_group``, so the count is ours)."""
@@ -164,22 +164,25 @@ def check_rollout_failures(groups: list["art.TrajectoryGroup"], count: int, allo
 
 def ruler_scorer(
     judge_model: str | None,
-) -> Callable[["art.TrajectoryGroup"], Coroutine[Any, Any, "art.TrajectoryGroup | None"]] | None:
+) -> Callable[[art.TrajectoryGroup], Coroutine[Any, Any, art.TrajectoryGroup | None]] | None:
     """``after_each`` for reward=ruler: RULER re-scores each group as it completes
     (a group RULER fails on is dropped from the step)."""
     if judge_model is None:
         return None
-    from trainer.agent.judge import score_group_with_ruler
 
-    async def score(group: "art.TrajectoryGroup") -> "art.TrajectoryGroup | None":
+    async def score(group: art.TrajectoryGroup) -> art.TrajectoryGroup | None:
         return await score_group_with_ruler(group, judge_model)
 
     return score
 
 
-def make_rollouts(config: TrainerConfig, paths: Paths, db: "EmailDB") -> Rollouts:
-    from trainer.agent.rollout import AgentConfig
+def proof_scorer() -> Callable[[art.TrajectoryGroup], Coroutine[Any, Any, art.TrajectoryGroup]]:
+    """``after_each`` for reward=proof_only_text_hash: each rollout scored by a hash of its text
+    (the GPU proof of a random-weight made model; no real run can choose it)."""
+    return score_group
 
+
+def make_rollouts(config: TrainerConfig, paths: Paths, db: EmailDB) -> Rollouts:
     return Rollouts(
         db=db,
         judge=answer_judge(config, paths),
@@ -189,15 +192,23 @@ def make_rollouts(config: TrainerConfig, paths: Paths, db: "EmailDB") -> Rollout
         concurrency=config.rollout_concurrency,
         max_rollout_exceptions=config.max_rollout_exceptions,
         ruler_judge_model=ruler_judge(config),
+        proof_reward=proof_reward(config),
     )
 
 
-def answer_judge(config: TrainerConfig, paths: Paths) -> "Judge | None":
-    """The judge that checks each answer (reward=judge), caching its verdicts in the
-    run directory so a resumed job does not pay twice; None when reward=ruler."""
-    from trainer.agent.judge import Judge
+def proof_reward(config: TrainerConfig) -> bool:
+    """reward=proof_only_text_hash, said loudly: its rewards are a hash of the text, for the GPU proof."""
+    if config.reward != PROOF_REWARD:
+        return False
+    log.warning("reward %s: PROOF ONLY, every rollout is scored by a hash of its text so that a random-weight "
+                "model's groups differ and the LoRA changes; nothing real is learned", PROOF_REWARD)
+    return True
 
-    if config.reward == "ruler":
+
+def answer_judge(config: TrainerConfig, paths: Paths) -> Judge | None:
+    """The judge that checks each answer (reward=judge), caching its verdicts in the
+    run directory so a resumed job does not pay twice; None for the other rewards."""
+    if config.reward != "judge":
         return None
     return Judge.from_env(paths.judge_cache, config.judge_concurrency, config.judge_retries)
 
@@ -206,6 +217,4 @@ def ruler_judge(config: TrainerConfig) -> str | None:
     """The RULER judge model when reward=ruler (the config's, else JUDGE_MODEL), else None."""
     if config.reward != "ruler":
         return None
-    from trainer.agent.judge import DEFAULT_JUDGE_MODEL
-
     return config.ruler_judge_model or os.environ.get("JUDGE_MODEL") or DEFAULT_JUDGE_MODEL

@@ -41,7 +41,7 @@ class StopRequest:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
 
-    def install(self) -> "StopRequest":
+    def install(self) -> StopRequest:
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._on_signal)
         self._installed = True

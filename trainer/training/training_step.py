@@ -84,7 +84,7 @@ async def train_and_log(
 def check_logprobs(groups: list["art.TrajectoryGroup"], number: int) -> None:
     """Before training: at least one model turn must carry token logprobs, which ART
     needs to train on it (its own vLLM always returns them)."""
-    from openai.types.chat.chat_completion import Choice
+    from openai.types.chat.chat_completion import Choice  # openai's types: only once a step is trained
 
     choices = [item for group in groups for t in group.trajectories
                for item in t.messages_and_choices if isinstance(item, Choice)]

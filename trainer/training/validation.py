@@ -32,26 +32,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc.run import ownership
-from hpc.run.checkpoints import prune
+from hpc.run.checkpoints import list_checkpoints, prune
 from hpc.run.rundir import RunDir
+from trainer.agent.scenarios import load_scenarios
 from trainer.evaluation.engine import evaluate, records, split_key, summarize
 
 if TYPE_CHECKING:
     import art
 
-    from trainer.training.config import TrainerConfig
     from trainer.agent.email_db import EmailDB
     from trainer.agent.judge import Judge
     from trainer.agent.rollout import AgentConfig
     from trainer.agent.scenarios import Scenario
+    from trainer.training.config import TrainerConfig
 
 log = logging.getLogger("trainer")
 
 
 def validation_scenarios(config: "TrainerConfig", data_dir: Path) -> list["Scenario"]:
     """The held-out questions: the test split's first ``val_set_size``, in the dataset's order."""
-    from trainer.agent.scenarios import load_scenarios
-
     return load_scenarios(data_dir, "test", limit=config.val_set_size, max_messages=config.max_messages,
                           shuffle=False)
 
@@ -121,8 +120,6 @@ class Validator:
         return removed
 
     def every_nth(self) -> set[int]:
-        from hpc.run.checkpoints import list_checkpoints
-
         if not self.keep_every:
             return set()
         return {c.step for c in list_checkpoints(self.model_dir) if c.step % self.keep_every == 0}

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
 from hpc.run.monitor.display import Failure
-from hpc.run.monitor.rundirs import ledger, run_dirs
+from hpc.run import ledger
+from hpc.run.ledger import JobRecord, JobStart, Launched, Successor
+from hpc.run.monitor.rundirs import run_dirs
 from hpc.run.rundir import RunDir
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
@@ -132,17 +134,17 @@ class LogFinder:
         successors: set[str] = set()
         started: set[str] = set()
         for run_dir in run_dirs(runs_dir):
-            for record in ledger(run_dir):
-                job = str(record.get("job_id") or "")
-                if not job:
+            for record in ledger.readable(run_dir):
+                if not isinstance(record, JobRecord) or not record.job_id:
                     continue
-                if record.get("event") == "successor":
+                job = record.job_id
+                if isinstance(record, Successor):
                     successors.add(job)
-                elif record.get("event") == "job_start":
+                elif isinstance(record, JobStart):
                     started.add(job)
                 self.run_of.setdefault(job, run_dir)
-                if record.get("log_out"):
-                    self.ledger_logs[job] = (str(record["log_out"]), str(record.get("log_err") or ""))
+                if isinstance(record, Launched) and record.log_out:
+                    self.ledger_logs[job] = (record.log_out, record.log_err or "")
         self.scontrol_calls = 0
         # Successors (hpc/job/successor.py) that never started: a run withdraws its waiting successor when
         # it stops (scancel), which is bookkeeping, not a job anybody cancelled.

@@ -6,7 +6,8 @@ from datetime import datetime
 from pathlib import Path
 
 from hpc.run.monitor.display import Failure, table
-from hpc.run.monitor.rundirs import ledger, ledger_job_ids, sweep_runs
+from hpc.run import ledger
+from hpc.run.monitor.rundirs import sweep_runs
 from hpc.run.rundir import RunDir
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
@@ -26,7 +27,7 @@ def queue_view(user: str, runs_dir: Path, only: str) -> None:
     jobs = user_queue(user)
     if only:  # the run's jobs (a sweep's: its runs'): named after it (the launcher's -J) or in its ledger
         names = set(sweep_runs(runs_dir, only) or [only])
-        ids = {job for name in names for job in ledger_job_ids(ledger(RunDir(runs_dir / name)))}
+        ids = {job for name in names for job in ledger.job_ids(ledger.readable(RunDir(runs_dir / name)))}
         jobs = [j for j in jobs if j.name in names or j.job_id in ids]
     stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     which = f" for run {only}" if only else ""

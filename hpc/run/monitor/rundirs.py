@@ -4,7 +4,6 @@ the view."""
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -49,14 +48,6 @@ def run_dirs(runs_dir: Path, only: str = "") -> list[RunDir]:
     return runs
 
 
-def ledger(run_dir: RunDir) -> list[dict]:
-    """The ledger's records (objects only); an unreadable ledger reads as empty."""
-    try:
-        return [r for r in run_dir.read_ledger() if isinstance(r, dict)]
-    except (OSError, UnicodeDecodeError):
-        return []
-
-
 def read_marker(read: Callable[[], Optional[dict]]) -> dict:
     """progress.json / done.json / failed.json as a dict ({} when missing or odd)."""
     try:
@@ -64,32 +55,3 @@ def read_marker(read: Callable[[], Optional[dict]]) -> dict:
     except (OSError, UnicodeDecodeError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def ledger_job_ids(records: list[dict]) -> list[str]:
-    """Job ids in the order the ledger last mentions them (latest last)."""
-    ids: dict[str, None] = {}
-    for record in records:
-        job = str(record.get("job_id") or "")
-        if job:
-            ids.pop(job, None)
-            ids[job] = None
-    return list(ids)
-
-
-def model_dir_of(run_dir: RunDir, records: list[dict]) -> Optional[Path]:
-    """The checkpoint folder the run's jobs use: `export HPC_MODEL_DIR=...` in the
-    newest job script the launcher wrote (the script is what the job really runs),
-    read from the run's scripts/ (never through a link, whatever the ledger says)."""
-    for record in reversed(records):
-        script = record.get("script") if record.get("event") in ("submit", "chain") else None
-        text = run_dir.read_text(run_dir.scripts_dir / Path(script).name) if script else None
-        if text is None:
-            continue
-        for line in text.splitlines():
-            if line.startswith("export HPC_MODEL_DIR="):
-                try:
-                    return Path(shlex.split(line)[1].partition("=")[2])
-                except (ValueError, IndexError):
-                    return None
-    return None

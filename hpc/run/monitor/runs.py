@@ -11,22 +11,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hpc.job.continuation import continuations
-from hpc.run import accounting
+from hpc.run import accounting, ledger
 from hpc.run.checkpoints import latest_complete
 from hpc.run.health import Flag, HealthSettings, SettingError, check as health_check
+from hpc.run.ledger import JobStart, Record, Submit
 from hpc.run.monitor.display import Failure, duration, printable, table
 from hpc.run.monitor.queue import user_queue
-from hpc.run.monitor.rundirs import ledger, ledger_job_ids, model_dir_of, read_marker, run_dirs
+from hpc.run.monitor.rundirs import read_marker, run_dirs
+from hpc.run.ownership import model_dir_of
 from hpc.run.rundir import RunDir
 from hpc.run.serving import address_of, ssh_line
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
 from hpc.slurm.output import latest_states
+from hpc.slurm.states import JobState
 
 REPO = Path(__file__).resolve().parents[3]
-# Ledger events that start, continue or stop a run's jobs (docs/design.md).
-JOB_EVENTS = ("submit", "chain", "job_start", "requeue", "resubmit", "cancelled")
 
 
 def sacct_rows(job_ids: set[str]) -> list[accounting.SacctRow]:
@@ -39,15 +39,17 @@ def sacct_rows(job_ids: set[str]) -> list[accounting.SacctRow]:
 
 
 def pick_job(job_ids: list[str], active: dict[str, str]) -> str:
-    """The job to show for a run: its running job (with --chain the newest
-    ledger entries are jobs still waiting for it), else its newest job."""
-    running = [j for j in job_ids if active.get(j) == "RUNNING"]
+    """The job to show for a run (``job_ids`` as hpc.run.ledger.job_ids orders them: the one that
+    did something last comes last): its running job (with --chain the newest ledger entries
+    are jobs still waiting for it), else its newest job."""
+    running = [j for j in job_ids if active.get(j) == JobState.RUNNING]
     return (running or job_ids or [""])[-1]
 
 
-def checkpoint_text(run_dir: RunDir, records: list[dict]) -> str:
-    """Latest complete checkpoint step (where the next job resumes), via hpc.run.checkpoints."""
-    folder = model_dir_of(run_dir, records)
+def checkpoint_text(run_dir: RunDir) -> str:
+    """Latest complete checkpoint step (where the next job resumes) in the model folder the run
+    owns (its model.json: hpc/run/ownership.py), via hpc.run.checkpoints."""
+    folder = model_dir_of(run_dir)
     latest = latest_complete(folder) if folder else None
     return "-" if latest is None else str(latest.step)
 
@@ -60,13 +62,6 @@ def validation_text(run_dir: RunDir) -> str:
     latest = validations[-1]
     best = max(validations, key=lambda v: (v.get("accuracy", 0), v.get("step", 0)))
     return f"{100 * latest['accuracy']:.0f}%@{latest['step']} best@{best['step']}"
-
-
-def cancelled_by_user(records: list[dict]) -> bool:
-    """The run's latest job was scancel'ed and nothing was submitted since (a
-    `cancelled` record is the end hook's; a launch resumes the run)."""
-    events = [r.get("event") for r in records if r.get("event") in JOB_EVENTS]
-    return bool(events) and events[-1] == "cancelled"
 
 
 @dataclass(frozen=True)
@@ -83,27 +78,28 @@ class Parked:
         return f"PARKED: job {self.job or '?'} ended {self.state or '?'} and nothing continues the run"
 
 
-def parked(run_dir: RunDir, records: list[dict], active: dict[str, str], states: dict[str, str]) -> Optional[Parked]:
-    launches = [r for r in records if r.get("event") == "submit"]
-    if not launches or read_marker(run_dir.read_done) or read_marker(run_dir.read_failed) or cancelled_by_user(records):
+def parked(run_dir: RunDir, records: list[Record], active: dict[str, str],
+           states: dict[str, str]) -> Optional[Parked]:
+    launch = ledger.latest_launch(records)
+    if launch is None or read_marker(run_dir.read_done) or read_marker(run_dir.read_failed) \
+            or ledger.cancelled_since_launch(records):
         return None
-    ids = ledger_job_ids(records)
-    if any(job in active for job in ids):
+    if any(job in active for job in ledger.job_ids(records)):
         return None
-    started = [str(r.get("job_id")) for r in records if r.get("event") == "job_start"]
-    ended = started[-1] if started else str(launches[-1].get("job_id") or "")
-    return Parked(ended, states.get(ended, ""), resume_command(launches[-1]))
+    started = [r.job_id for r in ledger.of_kind(records, JobStart)]
+    ended = started[-1] if started else launch.job_id
+    return Parked(ended, states.get(ended, ""), resume_command(launch))
 
 
-def resume_command(launch: dict) -> str:
+def resume_command(launch: Submit) -> str:
     """The newest launch's command (its secrets already redacted in the ledger), run again."""
-    argv = launch.get("argv")
-    words = " ".join(shlex.quote(str(word)) for word in argv) if isinstance(argv, list) else "<the same arguments>"
+    argv = launch.argv
+    words = " ".join(shlex.quote(word) for word in argv) if argv else "<the same arguments>"
     secret = " (give the secret --env values shown as *** again)" if "***" in words else ""
     return f"cd {shlex.quote(str(REPO))} && .venv/bin/python -m hpc.launch {words}{secret}"
 
 
-def run_row(run_dir: RunDir, job: str, state: str, records: list[dict],
+def run_row(run_dir: RunDir, job: str, state: str, records: list[Record],
             account: Optional[accounting.RunAccounting] = None, flags: Sequence[Flag] = (),
             parked_run: Optional[Parked] = None) -> list[object]:
     progress = read_marker(run_dir.read_progress)
@@ -115,7 +111,7 @@ def run_row(run_dir: RunDir, job: str, state: str, records: list[dict],
         total = done.get("total_steps") or total
     elif failed:
         result = f"failed: {failed.get('reason') or '?'}"
-    elif cancelled_by_user(records):
+    elif ledger.cancelled_since_launch(records):
         result = "cancelled (launch again to resume)"
     elif parked_run is not None:
         result = parked_run.text
@@ -126,8 +122,8 @@ def run_row(run_dir: RunDir, job: str, state: str, records: list[dict],
     reward_text = f"{reward:.3f}" if isinstance(reward, (int, float)) and not isinstance(reward, bool) else "-"
     over = done or failed or result.startswith(("cancelled", "PARKED"))
     eta = "-" if over else duration(progress.get("eta_seconds"))
-    return [run_dir.name, job or "-", state or "-", step_text, checkpoint_text(run_dir, records), reward_text,
-            validation_text(run_dir), eta, gpu_hours_text(account), continuations(records), result]
+    return [run_dir.name, job or "-", state or "-", step_text, checkpoint_text(run_dir), reward_text,
+            validation_text(run_dir), eta, gpu_hours_text(account), ledger.continuations(records), result]
 
 
 def gpu_hours_text(account: Optional[accounting.RunAccounting]) -> str:
@@ -142,7 +138,7 @@ class RunView:
     """One run as the runs view shows it: its job and that job's state, its accounting, its health."""
 
     run_dir: RunDir
-    records: list[dict]
+    records: list[Record]
     job: str
     state: str
     account: accounting.RunAccounting
@@ -163,8 +159,8 @@ class Chargings:
     def __init__(self) -> None:
         self.known: dict[Optional[str], Optional[accounting.Charging]] = {}
 
-    def of(self, records: list[dict]) -> Optional[accounting.Charging]:
-        cluster = accounting.cluster_of(records)
+    def of(self, records: list[Record]) -> Optional[accounting.Charging]:
+        cluster = ledger.cluster_of(records)
         if cluster not in self.known:
             try:
                 self.known[cluster] = accounting.charging_of(cluster)
@@ -182,16 +178,16 @@ def health_settings() -> HealthSettings:
 
 def run_views(user: str, runs: list[RunDir]) -> list[RunView]:
     """Every run's view, from one squeue and one sacct call for all of them."""
-    records = {r.path: ledger(r) for r in runs}
+    records = {r.path: ledger.readable(r) for r in runs}
     active: dict[str, str] = {job.job_id: job.state for job in user_queue(user)}
-    rows = sacct_rows({job for recs in records.values() for job in ledger_job_ids(recs)})
+    rows = sacct_rows({job for recs in records.values() for job in ledger.job_ids(recs)})
     states: dict[str, str] = {**latest_states(rows), **active}
     starts, chargings = accounting.job_starts(records.values()), Chargings()
     settings, now = health_settings(), datetime.now(timezone.utc)
     views = []
     for run_dir in runs:
         recs = records[run_dir.path]
-        job = pick_job(ledger_job_ids(recs), active)
+        job = pick_job(ledger.job_ids(recs), active)
         files = accounting.RunFiles.read(run_dir, recs)
         account = accounting.account(run_dir.name, files, rows, chargings.of(recs), starts, now, settings)
         flags = run_health(run_dir, files, account, job, states.get(job, ""), settings, now)
@@ -274,7 +270,8 @@ def print_parked(views: list[RunView]) -> None:
     if parked_views:
         print("\nParked runs (no job queued, not finished, failed or cancelled): launch again to resume")
     for view in parked_views:
-        print(f"  {printable(view.run_dir.name)}: {printable(view.parked.resume)}")
+        resume = view.parked.resume if view.parked is not None else ""
+        print(f"  {printable(view.run_dir.name)}: {printable(resume)}")
 
 
 def print_unreadable(views: list[RunView]) -> None:

@@ -29,6 +29,7 @@ from hpc.run.rundir import RunDir
 from tests.doubles.step_trainer import read_steps
 from tests.hpc.slurm_helpers import launch
 from tests.scripts.slurm_util import cancel, sacct_row, sbatch, unique_prefix, wait_final, wait_running
+from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 
@@ -38,7 +39,7 @@ ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEU
 
 
 def job_ids(run: RunDir) -> list[str]:
-    return list(dict.fromkeys(str(r["job_id"]) for r in run.read_ledger() if r["event"] in ("submit", "resubmit")))
+    return list(dict.fromkeys(str(r["job_id"]) for r in ledger_lines(run) if r["event"] in ("submit", "resubmit")))
 
 
 def settled(run: RunDir) -> bool:
@@ -107,10 +108,10 @@ def test_no_step_starts_that_could_not_end_before_the_stop_signal_and_the_run_co
         assert step.end <= starts[step.job] + LIMIT - GRACE - TICK + overrun, (step, starts[step.job])
 
     # Each job continued the run at once: its afterany follower starts from the step it stopped at.
-    ends = [e for e in run.read_ledger() if e["event"] == "job_end"]
+    ends = [e for e in ledger_lines(run) if e["event"] == "job_end"]
     assert [e["outcome"] for e in ends] == ["stopped_for_time"] * (len(jobs) - 1) + ["finished"]
     assert [e["step"] for e in ends[:-1]] == [s["step"] for s in stops[:-1]]
-    assert [str(r["after"]) for r in run.read_ledger() if r["event"] == "resubmit"] == jobs[:-1]
+    assert [str(r["after"]) for r in ledger_lines(run) if r["event"] == "resubmit"] == jobs[:-1]
 
 
 def test_the_jobs_end_is_read_from_slurm_in_utc_and_a_longer_time_limit_is_seen(

@@ -11,15 +11,23 @@ from pathlib import Path
 import pytest
 
 from hpc.job import continuation as cont
+from hpc.run import ledger as ledger_module
+from hpc.run.ledger import Record
 from hpc.run.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, step_dir
 from hpc.run.rundir import RunDir
 from tests.doubles.slurm_output import queue_text, runs_text
 from tests.doubles.step_trainer import safetensors_bytes
+from tests.doubles.ledger_lines import ledger_lines, write_record
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+
+def records(lines: list[dict]) -> list[Record]:
+    """Ledger lines (the file's format) as hpc/run/ledger.py reads them."""
+    return ledger_module.parse(lines)
 
 
 def start(job: str, step: int) -> dict:
@@ -32,7 +40,7 @@ def end(job: str, step: int, outcome: str, exit_code: int = 1) -> dict:
 
 def decide(ledger: list[dict], *, done: bool = False, mode: str = "afterany", max_resubmits: int = 20,
            max_failures: int = 2, slurm: cont.SlurmView = cont.SlurmView()) -> cont.Decision:
-    return cont.decide(ledger, done=done, mode=mode, max_resubmits=max_resubmits, max_failures=max_failures,
+    return cont.decide(records(ledger), done=done, mode=mode, max_resubmits=max_resubmits, max_failures=max_failures,
                        slurm=slurm)
 
 
@@ -93,7 +101,7 @@ def end_args(run: RunDir, model: Path, rc: int, mode: str = "afterany", job: str
 
 
 def events(run: RunDir) -> list[str]:
-    return [r["event"] for r in run.read_ledger()]
+    return [r["event"] for r in ledger_lines(run)]
 
 
 # -- pure decision ------------------------------------------------------------------------
@@ -139,7 +147,7 @@ def test_failures_without_progress_give_up_at_max_failures():
 def test_a_stopped_or_progressing_job_breaks_the_failure_streak():
     ledger = [start("1", 0), end("1", 0, "failed"), start("2", 0), end("2", 4, "stopped_for_time", 75),
               start("3", 4), end("3", 4, "failed")]
-    assert cont.failures_without_progress(ledger) == 1
+    assert cont.failures_without_progress(records(ledger)) == 1
     assert decide(ledger).action == cont.RESUBMIT
 
 
@@ -147,7 +155,7 @@ def test_requeued_jobs_keep_their_id_and_pair_with_their_latest_start():
     ledger = [start("7", 0), end("7", 9, "stopped_for_time", 75), {"event": "requeue", "job_id": "7"},
               start("7", 9), end("7", 9, "failed"), {"event": "requeue", "job_id": "7"},
               start("7", 9), end("7", 9, "failed")]
-    assert cont.failures_without_progress(ledger) == 2
+    assert cont.failures_without_progress(records(ledger)) == 2
     assert decide(ledger, mode="requeue").action == cont.GIVE_UP
 
 
@@ -160,7 +168,7 @@ def test_max_resubmits_bounds_the_continuations():
     ledger = [start("1", 0), end("1", 3, "stopped_for_time", 75), {"event": "resubmit", "job_id": "2", "after": "1"},
               start("2", 3), end("2", 6, "stopped_for_time", 75), {"event": "requeue", "job_id": "2"},
               start("2", 6), end("2", 9, "stopped_for_time", 75)]
-    assert cont.continuations(ledger) == 2
+    assert ledger_module.continuations(records(ledger)) == 2
     assert decide(ledger, max_resubmits=3).action == cont.RESUBMIT
     decision = decide(ledger, max_resubmits=2)
     assert decision.action == cont.GIVE_UP and "--max_resubmits 2" in decision.reason
@@ -196,13 +204,13 @@ def test_chain_mode_names_the_next_job_or_says_the_chain_is_used_up():
 
 
 def test_a_job_end_without_a_start_counts_as_no_progress():
-    assert cont.failures_without_progress([end("1", 5, "failed"), end("2", 5, "failed")]) == 2
+    assert cont.failures_without_progress(records([end("1", 5, "failed"), end("2", 5, "failed")])) == 2
 
 
 def test_unclosed_start_finds_a_job_lost_before_its_end_hook():
-    assert cont.unclosed_start([start("1", 0), end("1", 2, "stopped_for_time")]) is None
-    assert cont.unclosed_start([start("1", 0), end("1", 2, "stopped_for_time"), start("2", 2)])["job_id"] == "2"
-    assert cont.unclosed_start([]) is None
+    assert cont.unclosed_start(records([start("1", 0), end("1", 2, "stopped_for_time")])) is None
+    assert cont.unclosed_start(records([start("1", 0), end("1", 2, "stopped_for_time"), start("2", 2)])).job_id == "2"
+    assert cont.unclosed_start(records([])) is None
 
 
 @pytest.mark.parametrize("show,sacct,restart_count,view", [
@@ -234,44 +242,44 @@ def test_begin_records_the_start_step_and_moves_incomplete_checkpoints_aside(run
     save(model, 1)
     save(model, 2, whole=False)
     assert cont.begin(run, model, "41", 3) == 0
-    (record,) = run.read_ledger()
+    (record,) = ledger_lines(run)
     assert record["event"] == "job_start" and (record["job_id"], record["step"], record["restart_count"]) == ("41", 1, 3)
     assert not step_dir(model, 2).exists() and len(list((model / "checkpoints_incomplete").iterdir())) == 1
 
 
 def test_begin_of_a_new_run_starts_at_step_0(run, model):
     assert cont.begin(run, model, "1", 0) == 0
-    assert run.read_ledger()[0]["step"] == 0
+    assert ledger_lines(run)[0]["step"] == 0
 
 
 @pytest.mark.parametrize("marker", ["done", "failed"])
 def test_begin_has_nothing_to_do_for_a_finished_or_failed_run(run, model, marker, capsys):
     run.mark_done(628, 628) if marker == "done" else run.mark_failed("broken", "/x.err")
     assert cont.begin(run, model, "9", 0) == cont.EXIT_NOTHING_TO_DO
-    assert run.read_ledger() == []
+    assert ledger_lines(run) == []
     out = capsys.readouterr().out
     assert ("finished at step 628" if marker == "done" else "marked failed (broken)") in out
 
 
 def test_begin_closes_a_job_lost_without_its_end_hook(run, model, slurm_calls):
     save(model, 4)
-    run.append_ledger("job_start", job_id="7", step=2, restart_count=0)
+    write_record(run, "job_start", job_id="7", step=2, restart_count=0)
     cont.begin(run, model, "8", 0)
-    lost, new = run.read_ledger()[1:]
+    lost, new = ledger_lines(run)[1:]
     assert lost["event"] == "job_end" and lost["outcome"] == "failed" and lost["step"] == 4 and lost["exit_code"] is None
     assert new["event"] == "job_start" and new["job_id"] == "8" and new["step"] == 4
 
 
 def test_begin_of_a_job_slurm_requeued_after_losing_it_records_the_requeue(run, model, slurm_calls):
     save(model, 4)
-    run.append_ledger("job_start", job_id="8", step=2, restart_count=0)
+    write_record(run, "job_start", job_id="8", step=2, restart_count=0)
     slurm_calls.sacct = "NODE_FAIL\nRUNNING\n"  # sacct -D: the lost run, then this one
     cont.begin(run, model, "8", 1)
-    assert [(r["event"], r.get("by")) for r in run.read_ledger()[1:]] == [
+    assert [(r["event"], r.get("by")) for r in ledger_lines(run)[1:]] == [
         ("job_end", None), ("requeue", "slurm"), ("job_start", None)]
-    assert run.read_ledger()[1]["slurm_state"] == "NODE_FAIL"
-    assert run.read_ledger()[-1]["restart_count"] == 1
-    assert cont.failures_without_progress(run.read_ledger()) == 0  # it had advanced from 2 to 4
+    assert ledger_lines(run)[1]["slurm_state"] == "NODE_FAIL"
+    assert ledger_lines(run)[-1]["restart_count"] == 1
+    assert cont.failures_without_progress(records(ledger_lines(run))) == 0  # it had advanced from 2 to 4
 
 
 # -- end --------------------------------------------------------------------------------------
@@ -286,13 +294,13 @@ def test_begin_queues_its_successor_afterany_on_itself(run, model, slurm_calls):
     slurm_calls.queue = {"100": "RUNNING"}
     assert cont.begin(run, model, "100", 0, SCRIPT) == 0
     assert slurm_calls == [["sbatch", "--parsable", "--dependency=afterany:100", str(SCRIPT)]]
-    assert [(r["event"], r["job_id"], r.get("after")) for r in run.read_ledger()] == [
+    assert [(r["event"], r["job_id"], r.get("after")) for r in ledger_lines(run)] == [
         ("job_start", "100", None), ("successor", "501", "100")]
 
 
 def test_a_requeued_job_keeps_the_successor_that_still_waits_on_it(run, model, slurm_calls):
-    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
-    run.append_ledger("successor", job_id="501", after="100")
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)
+    write_record(run, "successor", job_id="501", after="100")
     slurm_calls.queue = {"501": "PENDING"}
     cont.begin(run, model, "100", 1, SCRIPT)
     assert not [c for c in slurm_calls if c[0] == "sbatch"]
@@ -303,12 +311,12 @@ def test_a_requeued_job_keeps_the_successor_that_still_waits_on_it(run, model, s
 def test_a_successor_records_a_predecessor_lost_without_its_end_hook_with_its_state_and_resumes(
         run, model, slurm_calls, state):
     save(model, 4)
-    run.append_ledger("submit", job_id="100")
-    run.append_ledger("job_start", job_id="100", step=2, restart_count=0)
-    run.append_ledger("successor", job_id="501", after="100")
+    write_record(run, "submit", job_id="100")
+    write_record(run, "job_start", job_id="100", step=2, restart_count=0)
+    write_record(run, "successor", job_id="501", after="100")
     slurm_calls.sacct, slurm_calls.queue = f"{state}\n", {"501": "RUNNING"}
     assert cont.begin(run, model, "501", 0, SCRIPT) == 0
-    lost, resubmit, start, succ = run.read_ledger()[3:]
+    lost, resubmit, start, succ = ledger_lines(run)[3:]
     assert (lost["event"], lost["job_id"], lost["slurm_state"], lost["step"]) == ("job_end", "100", state, 4)
     assert (resubmit["event"], resubmit["job_id"], resubmit["after"], resubmit["by"]) == (
         "resubmit", "501", "100", "successor")
@@ -323,21 +331,21 @@ def test_a_job_script_run_outside_slurm_queues_no_successor(run, model, slurm_ca
 
 
 def test_a_successor_of_a_job_its_user_cancelled_stops_the_run(run, model, slurm_calls):
-    run.append_ledger("submit", job_id="100")
-    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
-    run.append_ledger("successor", job_id="501", after="100")
+    write_record(run, "submit", job_id="100")
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)
+    write_record(run, "successor", job_id="501", after="100")
     slurm_calls.sacct = "CANCELLED by 0\n"
     assert cont.begin(run, model, "501", 0, SCRIPT) == cont.EXIT_NOTHING_TO_DO
     assert events(run)[-2:] == ["job_end", "cancelled"] and not slurm_calls
 
 
 def test_successors_of_jobs_killed_without_progress_give_up_at_max_failures(run, model, slurm_calls):
-    run.append_ledger("submit", job_id="100")
+    write_record(run, "submit", job_id="100")
     slurm_calls.sacct = "FAILED\n"
-    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)  # killed (OOM) at step 0
-    run.append_ledger("job_end", job_id="100", exit_code=None, step=0, outcome="failed")  # closed by 501
-    run.append_ledger("job_start", job_id="501", step=0, restart_count=0)  # killed the same way
-    run.append_ledger("successor", job_id="502", after="501")
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)  # killed (OOM) at step 0
+    write_record(run, "job_end", job_id="100", exit_code=None, step=0, outcome="failed")  # closed by 501
+    write_record(run, "job_start", job_id="501", step=0, restart_count=0)  # killed the same way
+    write_record(run, "successor", job_id="502", after="501")
     limits = cont.Limits(max_resubmits=20, max_failures=2)
     assert cont.begin(run, model, "502", 0, SCRIPT, limits) == cont.EXIT_NOTHING_TO_DO
     assert "2 failed job(s) in a row without progress" in run.read_failed()["reason"]
@@ -345,61 +353,61 @@ def test_successors_of_jobs_killed_without_progress_give_up_at_max_failures(run,
 
 
 def test_a_successor_exits_at_once_while_its_requeued_predecessor_is_back_in_the_queue(run, model, slurm_calls):
-    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
-    run.append_ledger("successor", job_id="501", after="100")
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)
+    write_record(run, "successor", job_id="501", after="100")
     slurm_calls.queue = {"100": "PENDING"}
-    before = run.read_ledger()
+    before = ledger_lines(run)
     assert cont.begin(run, model, "501", 0, SCRIPT) == cont.EXIT_NOTHING_TO_DO
-    assert run.read_ledger() == before and not slurm_calls
+    assert ledger_lines(run) == before and not slurm_calls
 
 
 def test_a_job_requeued_after_its_successor_began_leaves_the_run_to_it(run, model, slurm_calls):
-    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
-    run.append_ledger("job_end", job_id="100", exit_code=None, step=3, outcome="failed")
-    run.append_ledger("job_start", job_id="501", step=3, restart_count=0)
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)
+    write_record(run, "job_end", job_id="100", exit_code=None, step=3, outcome="failed")
+    write_record(run, "job_start", job_id="501", step=3, restart_count=0)
     slurm_calls.queue = {"501": "RUNNING"}
-    before = run.read_ledger()
+    before = ledger_lines(run)
     assert cont.begin(run, model, "100", 1, SCRIPT) == cont.EXIT_NOTHING_TO_DO
-    assert run.read_ledger() == before and not slurm_calls
+    assert ledger_lines(run) == before and not slurm_calls
 
 
 @pytest.mark.parametrize("marker", ["done", "failed", "cancelled"])
 def test_the_successor_of_a_finished_failed_or_cancelled_run_exits_at_once_writing_nothing(
         run, model, slurm_calls, marker):
-    run.append_ledger("submit", job_id="100")
-    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
-    run.append_ledger("successor", job_id="501", after="100")
+    write_record(run, "submit", job_id="100")
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)
+    write_record(run, "successor", job_id="501", after="100")
     if marker == "done":
         run.mark_done(3)
     elif marker == "failed":
         run.mark_failed("broken")
     else:
-        run.append_ledger("job_end", job_id="100", exit_code=75, step=2, outcome="stopped_for_time")
-        run.append_ledger("cancelled", job_id="100")
-    before = run.read_ledger()
+        write_record(run, "job_end", job_id="100", exit_code=75, step=2, outcome="stopped_for_time")
+        write_record(run, "cancelled", job_id="100")
+    before = ledger_lines(run)
     assert cont.begin(run, model, "501", 0, SCRIPT) == cont.EXIT_NOTHING_TO_DO
-    assert run.read_ledger() == before and not slurm_calls
+    assert ledger_lines(run) == before and not slurm_calls
 
 
 def test_a_launch_after_a_cancel_resumes(run, model, slurm_calls):
-    run.append_ledger("cancelled", job_id="100")
-    run.append_ledger("submit", job_id="200")
+    write_record(run, "cancelled", job_id="100")
+    write_record(run, "submit", job_id="200")
     assert cont.begin(run, model, "200", 0) == 0
 
 
 def test_end_continues_through_the_waiting_successor_and_submits_nothing(run, model, slurm_calls):
-    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
-    run.append_ledger("successor", job_id="501", after="100")
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)
+    write_record(run, "successor", job_id="501", after="100")
     slurm_calls.queue = {"501": "PENDING"}
     assert cont.end(end_args(run, model, 75)).action == cont.RESUBMIT
     assert slurm_calls == []
-    last = run.read_ledger()[-1]
+    last = ledger_lines(run)[-1]
     assert (last["event"], last["job_id"], last["after"], last["by"]) == ("resubmit", "501", "100", "successor")
 
 
 def test_end_in_requeue_mode_requeues_and_leaves_the_successor_waiting_on_the_same_id(run, model, slurm_calls):
-    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
-    run.append_ledger("successor", job_id="501", after="100")
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)
+    write_record(run, "successor", job_id="501", after="100")
     slurm_calls.queue = {"501": "PENDING"}
     cont.end(end_args(run, model, 75, mode="requeue"))
     assert slurm_calls == [["scontrol", "requeue", "100"]]
@@ -408,8 +416,8 @@ def test_end_in_requeue_mode_requeues_and_leaves_the_successor_waiting_on_the_sa
 
 @pytest.mark.parametrize("rc,sacct,last", [(0, "RUNNING\n", "done"), (75, "CANCELLED by 0\n", "cancelled")])
 def test_end_of_a_finished_or_cancelled_run_cancels_the_waiting_successor(run, model, slurm_calls, rc, sacct, last):
-    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
-    run.append_ledger("successor", job_id="501", after="100")
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)
+    write_record(run, "successor", job_id="501", after="100")
     slurm_calls.queue, slurm_calls.sacct = {"501": "PENDING"}, sacct
     cont.end(end_args(run, model, rc))
     assert slurm_calls == [["scancel", "501"]]
@@ -418,20 +426,20 @@ def test_end_of_a_finished_or_cancelled_run_cancels_the_waiting_successor(run, m
 
 def test_end_after_stopping_for_time_resubmits_with_afterany(run, model, slurm_calls):
     save(model, 6)
-    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)
     decision = cont.end(end_args(run, model, 75))
     assert decision.action == cont.RESUBMIT
     assert slurm_calls == [["sbatch", "--parsable", "--dependency=afterany:100", "/runs/r/scripts/s.sbatch"]]
-    job_end, resubmit = run.read_ledger()[1:]
+    job_end, resubmit = ledger_lines(run)[1:]
     assert (job_end["exit_code"], job_end["step"], job_end["outcome"]) == (75, 6, "stopped_for_time")
     assert (resubmit["event"], resubmit["job_id"], resubmit["after"]) == ("resubmit", "501", "100")
 
 
 def test_end_in_requeue_mode_requeues_the_same_job(run, model, slurm_calls):
-    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)
     cont.end(end_args(run, model, 75, mode="requeue"))
     assert slurm_calls == [["scontrol", "requeue", "100"]]
-    assert events(run)[-1] == "requeue" and run.read_ledger()[-1]["job_id"] == "100"
+    assert events(run)[-1] == "requeue" and ledger_lines(run)[-1]["job_id"] == "100"
 
 
 def test_a_refused_requeue_falls_back_to_afterany(run, model, monkeypatch):
@@ -450,22 +458,22 @@ def test_a_refused_requeue_falls_back_to_afterany(run, model, monkeypatch):
     monkeypatch.setattr(cont.signal, "signal", lambda *a: None)
     cont.end(end_args(run, model, 75, mode="requeue"))
     assert calls == ["scontrol", "sbatch"]
-    assert events(run)[-1] == "resubmit" and run.read_ledger()[-1]["job_id"] == "777"
+    assert events(run)[-1] == "resubmit" and ledger_lines(run)[-1]["job_id"] == "777"
     assert "requeue" not in events(run)
 
 
 def test_end_of_a_job_slurm_requeued_records_it_and_submits_nothing(run, model, slurm_calls):
     slurm_calls.show = "JobId=100 JobState=COMPLETING Requeue=1 Restarts=1"
-    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)
     for mode in ("requeue", "afterany"):
         assert cont.end(end_args(run, model, 75, mode=mode)).action == cont.REQUEUED
     assert slurm_calls == []
-    assert [(r["event"], r.get("by")) for r in run.read_ledger()[-2:]] == [("job_end", None), ("requeue", "slurm")]
+    assert [(r["event"], r.get("by")) for r in ledger_lines(run)[-2:]] == [("job_end", None), ("requeue", "slurm")]
 
 
 def test_end_of_a_cancelled_job_records_it_and_continues_nothing(run, model, slurm_calls):
     slurm_calls.sacct = "CANCELLED by 1000\n"
-    run.append_ledger("job_start", job_id="100", step=0, restart_count=0)
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)
     assert cont.end(end_args(run, model, 75, mode="requeue")).action == cont.STOP
     assert slurm_calls == [] and events(run)[-2:] == ["job_end", "cancelled"]
     assert not run.failed_file.exists()
@@ -483,7 +491,7 @@ def test_end_of_a_finished_run_records_done_once(run, model, slurm_calls):
     cont.end(end_args(run, model, 0, job="101"))
     assert slurm_calls == []
     assert events(run) == ["job_end", "done", "job_end"]
-    assert run.read_ledger()[1]["step"] == 10
+    assert ledger_lines(run)[1]["step"] == 10
 
 
 def test_end_of_a_workload_that_exits_0_without_a_done_marker_marks_the_run_done(run, model, slurm_calls):
@@ -491,18 +499,18 @@ def test_end_of_a_workload_that_exits_0_without_a_done_marker_marks_the_run_done
     cont.end(end_args(run, model, 0, mode="requeue"))
     assert slurm_calls == []  # neither requeued nor resubmitted
     assert events(run) == ["job_end", "done"]
-    assert run.read_ledger()[0]["outcome"] == "finished"
+    assert ledger_lines(run)[0]["outcome"] == "finished"
     assert run.read_done()["final_step"] == 3
 
 
 def test_end_gives_up_after_max_failures_without_progress(run, model, slurm_calls):
     for job in ("100", "101"):
-        run.append_ledger("job_start", job_id=job, step=0, restart_count=0)
+        write_record(run, "job_start", job_id=job, step=0, restart_count=0)
         cont.end(end_args(run, model, 1, job=job))
     assert [c[0] for c in slurm_calls] == ["sbatch"]
     failed = run.read_failed()
     assert "without progress" in failed["reason"] and failed["log_tail"] == "/runs/r/logs/r-100.err"
-    assert events(run)[-1] == "failed" and run.read_ledger()[-1]["log_tail"] == failed["log_tail"]
+    assert events(run)[-1] == "failed" and ledger_lines(run)[-1]["log_tail"] == failed["log_tail"]
 
 
 def test_end_gives_up_when_the_follow_up_cannot_be_submitted(run, model, monkeypatch):
@@ -513,7 +521,7 @@ def test_end_gives_up_when_the_follow_up_cannot_be_submitted(run, model, monkeyp
 
 
 def test_end_gives_up_at_max_resubmits(run, model, slurm_calls):
-    run.append_ledger("resubmit", job_id="100", after="99")
+    write_record(run, "resubmit", job_id="100", after="99")
     cont.end(end_args(run, model, 75, max_resubmits=1))
     assert slurm_calls == [] and "--max_resubmits 1" in run.read_failed()["reason"]
 
@@ -531,7 +539,7 @@ def test_cli_begin_exits_10_for_a_finished_run_and_0_otherwise(run, model):
     env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "55", "SLURM_RESTART_COUNT": "2"}
     result = run_cli("begin", *base, env=env)
     assert result.returncode == 0, result.stderr
-    assert run.read_ledger()[0] | {"time": None} == {"event": "job_start", "time": None, "job_id": "55", "step": 0,
+    assert ledger_lines(run)[0] | {"time": None} == {"event": "job_start", "time": None, "job_id": "55", "step": 0,
                                                      "restart_count": 2, "err_offset": 0}
     run.mark_done(3, 3)
     result = run_cli("begin", *base, env=env)
@@ -575,7 +583,7 @@ def test_a_new_launch_starts_a_fresh_failure_count():
     assert decide(failed_run).action == cont.GIVE_UP
     relaunched = failed_run + [{"event": "failed"}, {"event": "submit", "job_id": "3"}, start("3", 0),
                                end("3", 0, "failed")]
-    assert cont.failures_without_progress(relaunched) == 1
+    assert cont.failures_without_progress(records(relaunched)) == 1
     assert decide(relaunched).action == cont.RESUBMIT
     relaunched += [start("4", 0), end("4", 0, "failed")]
     assert decide(relaunched).action == cont.GIVE_UP
@@ -618,7 +626,7 @@ def test_end_quotes_this_jobs_error_line_in_job_end_failed_json_and_the_ledger(r
     args = cont.EndArgs(run, model, "100", 78, "afterany", Path("/x.sbatch"), 20, 2, str(err))
     assert cont.end(args).action == cont.GIVE_UP
     assert slurm_calls == []  # nothing resubmitted: permanent
-    job_end, failed_record = run.read_ledger()[-2:]
+    job_end, failed_record = ledger_lines(run)[-2:]
     assert job_end["error"] == line and failed_record["event"] == "failed" and failed_record["error"] == line
     failed = run.read_failed()
     assert failed["error"] == line and failed["reason"].endswith(line) and failed["log_tail"] == str(err)
@@ -629,7 +637,7 @@ def test_a_job_that_stopped_for_time_records_no_error(run, model, slurm_calls):
     err.parent.mkdir(parents=True)
     err.write_text("RuntimeError: not this job's end\n")
     cont.end(end_args(run, model, 75))
-    (job_end,) = [r for r in run.read_ledger() if r["event"] == "job_end"]
+    (job_end,) = [r for r in ledger_lines(run) if r["event"] == "job_end"]
     assert job_end["outcome"] == "stopped_for_time" and "error" not in job_end
 
 
@@ -638,5 +646,5 @@ def test_a_workload_refusing_its_input_with_exit_2_is_not_retried():
     ledger = [{"event": "submit", "job_id": "1"}, {"event": "job_start", "job_id": "1", "step": 0},
               {"event": "job_end", "job_id": "1", "exit_code": 2, "step": 0, "outcome": "failed",
                "error": "trainer.eval: error: invalid model 'o3'"}]
-    decision = cont.decide(ledger, done=False, mode="afterany", max_resubmits=20, max_failures=2)
+    decision = cont.decide(records(ledger), done=False, mode="afterany", max_resubmits=20, max_failures=2)
     assert decision.action == cont.GIVE_UP and "exit 2" in decision.reason and "invalid model" in decision.reason

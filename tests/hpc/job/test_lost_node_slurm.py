@@ -25,13 +25,14 @@ from hpc.run.rundir import RunDir
 from tests.doubles import slurm_faults
 from tests.doubles.step_trainer import read_steps
 from tests.hpc.job.test_resubmission_slurm import ACTIVE, events, launch, queue_states, wait_until
+from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 IN_FLIGHT = 33  # seconds into the 40 s step when the node goes (the job is ~35 s old)
 
 
 def run_ids(run: RunDir) -> list[str]:
-    return list(dict.fromkeys(str(r["job_id"]) for r in run.read_ledger() if r.get("job_id")))
+    return list(dict.fromkeys(str(r["job_id"]) for r in ledger_lines(run) if r.get("job_id")))
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import pytest
 from hpc.job import continuation as cont
 from hpc.job import pack
 from hpc.run.rundir import RunDir
+from tests.doubles.ledger_lines import ledger_lines, write_record
 
 
 def member(tmp_path: Path, name: str, *, done: bool = False, failed: bool = False) -> pack.Member:
@@ -42,10 +43,10 @@ def test_the_judge_takes_the_gpus_after_the_runs():
 
 def ran(m: pack.Member, job: str, outcome: str, step: int, start_step: int = 0) -> None:
     """A job of the run (the launch's submit record first, once)."""
-    if not m.run.read_ledger():
-        m.run.append_ledger("submit", job_id=job)
-    m.run.append_ledger("job_start", job_id=job, step=start_step, restart_count=0)
-    m.run.append_ledger("job_end", job_id=job, exit_code=75 if outcome == "stopped_for_time" else 1,
+    if not ledger_lines(m.run):
+        write_record(m.run, "submit", job_id=job)
+    write_record(m.run, "job_start", job_id=job, step=start_step, restart_count=0)
+    write_record(m.run, "job_end", job_id=job, exit_code=75 if outcome == "stopped_for_time" else 1,
                         step=step, outcome=outcome)
 
 
@@ -70,9 +71,9 @@ def test_the_pack_continues_once_for_the_runs_that_want_to(tmp_path, slurm_calls
     continued = pack.end([going, finished, idle], "7", settings("afterany"), 0)
     assert [m.run.name for m in continued] == ["going"]
     assert slurm_calls == [("resubmit", "7", ())]
-    assert going.run.read_ledger()[-1] == {**going.run.read_ledger()[-1], "event": "resubmit", "job_id": "99",
+    assert ledger_lines(going.run)[-1] == {**ledger_lines(going.run)[-1], "event": "resubmit", "job_id": "99",
                                            "after": "7"}
-    assert all(r["event"] != "resubmit" for r in finished.run.read_ledger() + idle.run.read_ledger())
+    assert all(r["event"] != "resubmit" for r in ledger_lines(finished.run) + ledger_lines(idle.run))
 
 
 def test_requeue_mode_requeues_the_job_and_records_it_per_run(tmp_path, slurm_calls):
@@ -81,7 +82,7 @@ def test_requeue_mode_requeues_the_job_and_records_it_per_run(tmp_path, slurm_ca
     ran(b, "7", "stopped_for_time", 4)
     pack.end([a, b], "7", settings("requeue"), 0)
     assert slurm_calls == [("requeue", "7")]
-    assert [r["by"] for m in (a, b) for r in m.run.read_ledger() if r["event"] == "requeue"] == ["job", "job"]
+    assert [r["by"] for m in (a, b) for r in ledger_lines(m.run) if r["event"] == "requeue"] == ["job", "job"]
 
 
 def test_a_run_at_its_failure_limit_does_not_keep_the_pack_going(tmp_path, slurm_calls):
@@ -102,14 +103,14 @@ def test_fewer_runs_ask_for_fewer_gpus_where_gpus_are_charged_as_asked(tmp_path,
 def test_a_run_of_a_pack_records_its_end_but_leaves_continuing_to_the_pack(tmp_path, monkeypatch):
     run = RunDir(tmp_path / "r")
     run.path.mkdir()
-    run.append_ledger("submit", job_id="7")
-    run.append_ledger("job_start", job_id="7", step=0, restart_count=0)
+    write_record(run, "submit", job_id="7")
+    write_record(run, "job_start", job_id="7", step=0, restart_count=0)
     monkeypatch.setattr(cont, "slurm_view", lambda job, restarts: cont.SlurmView())
     monkeypatch.setattr(cont, "requeue", lambda job: pytest.fail("a packed run must not requeue the pack's job"))
     decision = cont.end(cont.EndArgs(run, tmp_path / "models", "7", 75, "requeue", Path("s"), 20, 2, None,
                                      packed=True))
     assert decision.action == cont.REQUEUE
-    assert [r["event"] for r in run.read_ledger()] == ["submit", "job_start", "job_end"]
+    assert [r["event"] for r in ledger_lines(run)] == ["submit", "job_start", "job_end"]
 
 
 # -- the pack's successor, queued when the pack job starts (hpc/job/successor.py) -------------------
@@ -134,7 +135,7 @@ def test_begin_queues_one_successor_for_the_runs_with_work(tmp_path, slurm_calls
 
 def test_a_successor_pack_exits_while_its_requeued_predecessor_is_back_in_the_queue(tmp_path, slurm_calls, queue):
     a = member(tmp_path, "a")
-    a.run.append_ledger("successor", job_id="8", after="7")
+    write_record(a.run, "successor", job_id="8", after="7")
     queue["7"] = "PENDING"
     assert pack.begin([a], "8", Path("pack.sbatch")) == cont.EXIT_NOTHING_TO_DO
     assert slurm_calls == []
@@ -144,18 +145,18 @@ def test_the_pack_continues_through_its_waiting_successor(tmp_path, slurm_calls,
     a, b = member(tmp_path, "a"), member(tmp_path, "b")
     for m in (a, b):
         ran(m, "7", "stopped_for_time", 3)
-        m.run.append_ledger("successor", job_id="8", after="7")
+        write_record(m.run, "successor", job_id="8", after="7")
     queue["8"] = "PENDING"
     pack.end([a, b], "7", settings("afterany"), 0)
     assert slurm_calls == []
-    assert [(r["job_id"], r["by"]) for m in (a, b) for r in m.run.read_ledger() if r["event"] == "resubmit"] == [
+    assert [(r["job_id"], r["by"]) for m in (a, b) for r in ledger_lines(m.run) if r["event"] == "resubmit"] == [
         ("8", "successor"), ("8", "successor")]
 
 
 def test_a_pack_whose_runs_all_stop_cancels_its_successor(tmp_path, slurm_calls, queue):
     a = member(tmp_path, "a", done=True)
     ran(a, "7", "finished", 5)
-    a.run.append_ledger("successor", job_id="8", after="7")
+    write_record(a.run, "successor", job_id="8", after="7")
     queue["8"] = "PENDING"
     assert pack.end([a], "7", settings("afterany"), 0) == []
     assert slurm_calls == [("cancel", "7")]

@@ -25,6 +25,7 @@ import pytest
 
 from hpc.run.rundir import RunDir
 from tests.hpc.slurm_helpers import cancel, launch, sacct_state, wait_for_final_state
+from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 
@@ -253,15 +254,15 @@ def test_two_node_job_told_to_stop_continues_in_a_new_job_that_forms_the_cluster
         subprocess.run(["scancel", "--batch", "--signal=USR1", first], check=True, timeout=30)
         info = wait_for_final_state(first, timeout=120)
         assert info["State"] == "COMPLETED", f"{info}\n{logs(run.path, first)}"
-        resubmits = [r for r in run.read_ledger() if r["event"] == "resubmit"]
-        assert [r["after"] for r in resubmits] == [first], run.read_ledger()
+        resubmits = [r for r in ledger_lines(run) if r["event"] == "resubmit"]
+        assert [r["after"] for r in resubmits] == [first], ledger_lines(run)
         second = str(resubmits[0]["job_id"])
         jobs.append(second)
         info = wait_for_final_state(second, timeout=180)
         assert info["State"] == "COMPLETED", f"{info}\n{logs(run.path, second)}"
         check_probe(wait_for_probe(run.path, second), second)
-        ends = [(str(r["job_id"]), r["outcome"]) for r in run.read_ledger() if r["event"] == "job_end"]
-        assert ends == [(first, "stopped_for_time"), (second, "finished")], run.read_ledger()
+        ends = [(str(r["job_id"]), r["outcome"]) for r in ledger_lines(run) if r["event"] == "job_end"]
+        assert ends == [(first, "stopped_for_time"), (second, "finished")], ledger_lines(run)
         assert run.read_done() is not None
         text = logs(run.path, first)
         assert "SIGUSR1" in text and "ray_probe: told to stop: exiting 75" in text

@@ -43,6 +43,7 @@ from tests.doubles.step_trainer import TrainedStep as Step
 from tests.doubles.step_trainer import read_steps as steps_log
 from tests.doubles import slurm_faults
 from tests.scripts.slurm_util import wait_final
+from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 
@@ -56,11 +57,11 @@ ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEU
 
 
 def events(run: RunDir, name: str) -> list[dict]:
-    return [r for r in run.read_ledger() if r["event"] == name]
+    return [r for r in ledger_lines(run) if r["event"] == name]
 
 
 def job_ids(run: RunDir) -> list[str]:
-    ids = [str(r["job_id"]) for r in run.read_ledger() if r["event"] in ("submit", "chain", "resubmit")]
+    ids = [str(r["job_id"]) for r in ledger_lines(run) if r["event"] in ("submit", "chain", "resubmit")]
     return list(dict.fromkeys(ids))
 
 
@@ -201,7 +202,7 @@ def cancel_then_relaunch(s: Scenario) -> None:
     subprocess.run(["scancel", job], check=True, timeout=30)
     wait_until(lambda: events(s.run, "cancelled") and not ACTIVE & set(queue_states([job]).values()), 90,
                f"job {job} to record its cancellation and leave the queue")
-    s.notes.update(job=job, ledger_after_cancel=s.run.read_ledger())
+    s.notes.update(job=job, ledger_after_cancel=ledger_lines(s.run))
     again = s.launch()
     assert again.returncode == 0, again.stderr
 
@@ -401,7 +402,7 @@ def test_scancel_stops_the_run_and_a_new_launch_resumes_it(scenarios):
     assert cancelled[-2]["outcome"] == "stopped_for_time" and cancelled[-1]["job_id"] == s.notes["job"]
     assert not [r for r in cancelled if r["event"] in ("requeue", "resubmit", "failed")]
     first, second = job_ids(run)
-    assert first == s.notes["job"] and [r["event"] for r in run.read_ledger()].count("submit") == 2
+    assert first == s.notes["job"] and [r["event"] for r in ledger_lines(run)].count("submit") == 2
     starts = {e["job_id"]: e["step"] for e in events(run, "job_start")}
     assert starts[second] == cancelled[-2]["step"] >= 2
     assert {st.job for st in steps} == {first, second}

@@ -14,6 +14,7 @@ from hpc.run.health import HealthSettings
 from hpc.run.rundir import RunDir
 from hpc.job.watch import Watcher, job_start_of
 from tests.doubles.webhook_receiver import WebhookReceiver
+from tests.doubles.ledger_lines import write_record
 
 REPO = Path(__file__).resolve().parents[3]
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=timezone.utc)
@@ -62,13 +63,13 @@ def test_a_collapse_is_told_once(run, monkeypatch):
 
 
 def test_the_watcher_counts_from_its_jobs_latest_start_in_the_ledger(run):
-    run.append_ledger("job_start", job_id="7", step=0)
-    run.append_ledger("job_start", job_id="8", step=0)
+    write_record(run, "job_start", job_id="7", step=0)
+    write_record(run, "job_start", job_id="8", step=0)
     assert job_start_of(run, "7") is not None and job_start_of(run, "9") is None
 
 
 def test_the_watcher_command_tells_a_stall_of_its_job_and_keeps_running(run, tmp_path):
-    run.append_ledger("job_start", job_id="7", step=0)
+    write_record(run, "job_start", job_id="7", step=0)
     with WebhookReceiver() as hook:
         env = {"PATH": "/usr/bin:/bin", "HPC_WEBHOOK_URL": hook.url("/T0KEN"), "HPC_WATCH_INTERVAL": "1",
                "HPC_STALL_STARTUP": "1", "SLURM_JOB_ID": "7"}

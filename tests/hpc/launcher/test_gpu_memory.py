@@ -78,3 +78,19 @@ def test_an_unknown_model_is_sized_from_its_name_or_not_estimated() -> None:
     assert guessed is not None and guessed.estimated and guessed.params_b == 32
     assert model_shape("someorg/mystery") is None
     assert check_fit("someorg/mystery", Plan(40, "shared", 0.75, 32768), 4, "x").ok
+
+
+def test_training_on_a_bf16_copy_needs_more_memory_than_on_a_4_bit_one_and_the_ways_keep_it() -> None:
+    big = model_shape("Qwen/Qwen2.5-14B-Instruct")
+    assert big
+    quantized, bf16 = Plan(80, "shared", 0.75, 8192), Plan(80, "shared", 0.75, 8192, load_in_4bit=False)
+    assert estimate(big, bf16).train_resident - estimate(big, quantized).train_resident == pytest.approx(
+        14.77e9 * (2.0 - 0.55) / 2**30, rel=0.01)
+    refused = plan_gpus_refusal(load_config("agent_008", ["load_in_4bit=false"]))
+    assert "training" in refused and "--gpus_per_node 2" in refused  # only a GPU of its own holds a bf16 14B
+
+
+def plan_gpus_refusal(config) -> str:
+    with pytest.raises(UsageError) as refused:
+        plan_gpus(None, REGISTRY.get("jureca"), config)
+    return str(refused.value)

@@ -15,6 +15,7 @@ from hpc.launcher import launch, single_run
 from hpc.run import ownership
 from hpc.run.rundir import RunDir
 from tests.doubles.step_trainer import safetensors_bytes
+from tests.doubles.ledger_lines import ledger_lines, write_record
 
 
 @pytest.fixture
@@ -133,14 +134,14 @@ def test_restart_moves_the_run_and_its_checkpoints_aside_and_submits_a_new_run(c
     assert (old_run / "done.json").exists() and ck.latest_complete(old_model).step == 9  # kept, not deleted
     assert not run.done_file.exists() and ck.list_checkpoints(model) == []
     assert ownership.owner_of(model)["run_dir"] == str(run.path.resolve()), "the new run owns the new folder"
-    assert [r["event"] for r in run.read_ledger()] == ["submit"]
+    assert [r["event"] for r in ledger_lines(run)] == ["submit"]
     assert f"moved {run.path} aside" in out and f"moved {model} aside" in out
 
 
 def test_restart_of_a_run_with_an_active_job_is_refused_and_moves_nothing(capsys, runs, art, run, model, sbatch,
                                                                           monkeypatch):
     save(model, 3)
-    run.append_ledger("submit", job_id="77")
+    write_record(run, "submit", job_id="77")
     monkeypatch.setattr(single_run.slurm, "active_jobs", lambda ids: {"77": "RUNNING"} if "77" in ids else {})
     before = tree(runs) + tree(art)
     code, _, err = main(capsys, *args(runs, art), "--restart")
@@ -152,7 +153,7 @@ def test_chain_pre_submits_n_jobs_each_after_the_previous_one(capsys, runs, art,
     code, out, _ = main(capsys, *args(runs, art), "--chain", "3")
     assert code == 0
     assert sbatch == [None, "afterany:1001", "afterany:1002"]
-    ledger = run.read_ledger()
+    ledger = ledger_lines(run)
     assert [(r["event"], r["job_id"], r.get("after")) for r in ledger] == [
         ("submit", "1001", None), ("chain", "1002", "1001"), ("chain", "1003", "1002")]
     assert "submitted job 1001 -> 1002 -> 1003" in out and "chain continuation" in out

@@ -8,6 +8,7 @@ import pytest
 
 from hpc.run.rundir import RunDir
 from tests.hpc.slurm_helpers import cancel, launch, wait_for_final_state
+from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 
@@ -33,7 +34,7 @@ def test_launch_submits_a_job_that_completes_with_ledger_and_logs(slurm, tmp_pat
     assert json.loads((run.path / "echo.json").read_text())["argv"] == ["--config", "agent_008", "x=1"]
     assert "echo_workload: wrote" in out_log.read_text()
 
-    (record,) = [r for r in run.read_ledger() if r["event"] == "submit"]
+    (record,) = [r for r in ledger_lines(run) if r["event"] == "submit"]
     assert record["job_id"] == job_id and record["cluster"] == "local"
     assert record["log_out"] == str(out_log) and record["log_err"] == str(err_log)
     assert record["script"].startswith(str(run.scripts_dir)) and record["argv"][:2] == ["--cluster", "local"]
@@ -89,7 +90,7 @@ def test_two_launches_at_once_of_one_run_submit_one_job_and_refuse_the_other(slu
         assert len(submitted) == 1 and len(refused) == 1, [(r.returncode, r.stdout, r.stderr) for r in results]
         assert "already has active job" in refused[0].stderr
         run_dir = RunDir(runs / "it_twice")
-        assert len([r for r in run_dir.read_ledger() if r["event"] == "submit"]) == 1
+        assert len([r for r in ledger_lines(run_dir) if r["event"] == "submit"]) == 1
         assert len(list(run_dir.scripts_dir.iterdir())) == 1
     finally:
         cancel([job for r in submitted for job in job_ids_in(r.stdout)])

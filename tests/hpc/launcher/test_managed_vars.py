@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpc.errors import UsageError
+from hpc.job import workload_env
 from hpc.launcher.envfiles import EnvLayer
 from hpc.launcher.managed_vars import MANAGED, OFFLINE, USER_SETTINGS, refuse_managed, who_sets
 
@@ -18,7 +19,11 @@ MERGED = {"NO_PROXY", "IFS"}  # the job adds its hosts to the user's NO_PROXY; I
 
 
 def assigned_in_templates() -> set[str]:
-    return {name for path in TEMPLATES for name in re.findall(r"\b([A-Z][A-Z0-9_]*)=", path.read_text())}
+    """What the templates assign themselves, and what they render from hpc/job/workload_env.py."""
+    literal = {name for path in TEMPLATES for name in re.findall(r"\b([A-Z][A-Z0-9_]*)=", path.read_text())}
+    job = workload_env.Job(Path("run"), Path("model"), "c", internet=False, script=Path("script"))
+    rendered = {*workload_env.job_env(job), *workload_env.offline_env(), *workload_env.run_slot_env("0", "0")}
+    return literal | rendered
 
 
 def code_text() -> str:

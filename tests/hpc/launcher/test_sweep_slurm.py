@@ -32,6 +32,7 @@ from tests.doubles.fake_vllm import write_executable
 from trainer.serving.vllm_server import free_port
 from tests.doubles.step_trainer import read_steps
 from tests.scripts.slurm_util import REPO, run_script, sacct_row
+from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 
@@ -49,7 +50,7 @@ def launch(runs_dir: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def job_ids(run: RunDir) -> list[str]:
-    return list(dict.fromkeys(str(r["job_id"]) for r in run.read_ledger()
+    return list(dict.fromkeys(str(r["job_id"]) for r in ledger_lines(run)
                               if r["event"] in ("submit", "resubmit")))
 
 
@@ -130,11 +131,11 @@ def test_healthy_runs_finish_across_time_limits_beside_a_crashing_neighbour(worl
     for run in healthy(world):
         assert run.read_done()["final_step"] == STEPS
         assert sorted(s.step for s in read_steps(run)) == list(range(1, STEPS + 1)), run.name  # each step once
-        assert len([r for r in run.read_ledger() if r["event"] == "job_start"]) >= 2, run.name
+        assert len([r for r in ledger_lines(run) if r["event"] == "job_start"]) >= 2, run.name
     for run in crashing(world):
         failed = run.read_failed()
         assert failed and "--max_failures 2" in failed["reason"], run.name
-        assert len([r for r in run.read_ledger() if r["event"] == "job_end"]) == 2
+        assert len([r for r in ledger_lines(run) if r["event"] == "job_end"]) == 2
 
 
 def test_a_pack_job_holding_one_unfinished_run_asks_for_one_gpu(world):
@@ -160,7 +161,7 @@ def test_status_shows_a_sweeps_runs_together_with_their_state(world):
 
 
 def test_a_relaunch_leaves_finished_runs_alone_and_a_sweep_cancel_stops_the_rest(world):
-    finished = {r.name: len(r.read_ledger()) for r in healthy(world)}
+    finished = {r.name: len(ledger_lines(r)) for r in healthy(world)}
     again = launch(world["runs_dir"], *SWEEP)
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("submitted pack job") == 1
@@ -171,7 +172,7 @@ def test_a_relaunch_leaves_finished_runs_alone_and_a_sweep_cancel_stops_the_rest
     while active([j for r in world["runs"].values() for j in job_ids(r)]) and time.monotonic() < deadline:
         time.sleep(1)
     assert not active([j for r in world["runs"].values() for j in job_ids(r)])
-    assert {r.name: len(r.read_ledger()) for r in healthy(world)} == finished
+    assert {r.name: len(ledger_lines(r)) for r in healthy(world)} == finished
 
 
 def test_a_served_judge_has_its_own_gpu_answers_the_workload_and_stops_with_the_job(world):

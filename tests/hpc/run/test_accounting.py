@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hpc.run import accounting
+from hpc.run import accounting, ledger
 from hpc.run.accounting import Charging, RunFiles, SacctRow, account
 from hpc.run.health import HealthSettings
 from hpc.run.rundir import RunDir
@@ -123,7 +123,7 @@ def test_a_pack_job_is_charged_to_its_runs_in_equal_parts(tmp_path):
         fake.event(0, "submit", job_id="30", cluster="jureca").event(12, "job_start", job_id="30", step=0)
         fake.step(1, "30", 20, 80)
     rows = [row("30", "COMPLETED", 0, 10, 100, gpus=4)]
-    starts = accounting.job_starts([f.ledger for f in runs])
+    starts = accounting.job_starts([ledger.parse(f.ledger) for f in runs])
     shares = [account(f.path.name, f.files(), rows, WHOLE, starts, now=t(200)) for f in runs]
     assert [s.jobs[0].share for s in shares] == [2, 2]
     assert sum(s.gpu_hours for s in shares) == pytest.approx(90 * 4 / 3600)
@@ -362,7 +362,7 @@ def test_a_corrupt_ledger_beside_the_run_never_breaks_its_accounting(fake, monke
 
 @pytest.mark.parametrize("line, named", [
     (b"[1]", "ledger.jsonl line 3: not a JSON object (a list)"),
-    (b'{"event": "job_end", "step": "four"}', "ledger.jsonl line 3: step 'four' is not a whole number"),
+    (b'{"event": "job_end", "job_id": "11", "step": "four"}', "ledger.jsonl line 3: step 'four' is not a whole number"),
     (b"\xff", "ledger.jsonl line 3: not UTF-8 text"),
 ])
 def test_the_commands_accounting_names_the_records_it_skipped(fake, monkeypatch, capsys, line, named):

@@ -13,6 +13,7 @@ from hpc.run.report import DPI, FIG_SIZE
 from hpc.run.rundir import RunDir
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmFailed
+from tests.doubles.ledger_lines import write_record
 from tests.hpc.run.test_accounting import GRES, fake, requeued_run, row, t  # noqa: F401 (a fixture)
 
 ORANGE, GREEN, RED = (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28)  # tab: starting, training, lost
@@ -73,7 +74,7 @@ def test_without_slurms_records_the_section_says_why_in_one_line(tmp_path, monke
 
     monkeypatch.setattr(calls, "job_runs", query)
     run = RunDir(tmp_path / "r")
-    run.append_ledger("submit", job_id="5", cluster="local")
+    write_record(run, "submit", job_id="5", cluster="local")
     lines = section(run, tmp_path)
     assert lines[0] == "## Accounting" and len([line for line in lines if line]) == 2
     assert ("slurmdbd is down" if trouble == "sacct fails" else "No job of this run") in lines[2]

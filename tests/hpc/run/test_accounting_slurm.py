@@ -30,14 +30,15 @@ from typing import Callable
 
 import pytest
 
-from hpc.run import accounting
+from hpc.run import accounting, ledger
 from hpc.run.report import DPI, FIG_SIZE, main as report_main
 from hpc.run.rundir import RunDir
-from hpc.run.steps import read_steps
+from hpc.run.steps import trained_steps
 from hpc.slurm.output import tres_gpus
 from tests.doubles.webhook_receiver import WebhookReceiver
 from tests.hpc.slurm_helpers import cancel, launch
 from tests.scripts.slurm_util import run_script, unique_prefix
+from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[3]
@@ -61,7 +62,7 @@ def wait_until(predicate: Callable[[], object], timeout: float, what: str, every
 
 def job_ids(run: RunDir) -> list[str]:
     """The jobs that ran the run (a successor cancelled while it waited never did)."""
-    return list(dict.fromkeys(str(r["job_id"]) for r in run.read_ledger() if r["event"] == "job_start"))
+    return list(dict.fromkeys(str(r["job_id"]) for r in ledger_lines(run) if r["event"] == "job_start"))
 
 
 def sacct_rows(ids: list[str]) -> list[tuple[str, int, str, str]]:
@@ -75,7 +76,7 @@ def sacct_rows(ids: list[str]) -> list[tuple[str, int, str, str]]:
 def settled(run: RunDir) -> bool:
     """The run is over and accounting has closed every run of its jobs."""
     over = run.done_file.exists() or run.failed_file.exists() or any(
-        r["event"] == "cancelled" for r in run.read_ledger())
+        r["event"] == "cancelled" for r in ledger_lines(run))
     states = [state for *_, state in sacct_rows(job_ids(run))] if over else []
     return bool(states) and states[-1] in FINAL and not {"RUNNING", "PENDING"} & set(states)
 
@@ -111,7 +112,7 @@ def runs(slurm, tmp_path_factory):
         try:
             yield {"dirs": dirs, "hook": hook, "runs_dir": runs_dir}
         finally:
-            cancel([job for run in dirs.values() for job in accounting.run_job_ids(run.read_ledger())])
+            cancel([job for run in dirs.values() for job in ledger.job_ids(ledger.read(run))])
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +183,7 @@ def test_every_step_is_in_the_job_run_that_trained_it_and_the_time_adds_up(finis
 
 
 def run_steps(run: RunDir, job: accounting.JobRun) -> list[accounting.Step]:
-    return [s for s in read_steps(run) if job.start <= s.end <= job.end]
+    return [s for s in trained_steps(run) if job.start <= s.end <= job.end]
 
 
 def test_a_requeued_runs_wait_counts_from_its_requeue_and_gaps_span_hold_and_start_up(finished):

@@ -19,9 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpc.run import accounting, report
+from hpc.run import accounting, ledger, report
+from hpc.run.ledger import Submit
 from hpc.run.monitor import cli as monitor
 from hpc.run.rundir import RunDir
+
 NOW = "2026-01-01T00:00:00+00:00"
 FILES = ("ledger.jsonl", "progress.json", "steps.jsonl", "validation.jsonl", "stops.jsonl", "startups.jsonl",
          "model.json", "done.json", "failed.json", "sweep_member.json", "serve/address.json", "report",
@@ -51,7 +53,7 @@ hostile = st.dictionaries(st.sampled_from(FILES), contents, min_size=1, max_size
 def sound_run(runs: Path) -> RunDir:
     """A run with a job's records, a step, a validation and its progress: what must stay shown."""
     run = RunDir(runs / "sound")
-    run.append_ledger("submit", job_id="local-1", cluster="local", argv=["--job_name", "sound"])
+    ledger.append(run, Submit(job_id="local-1", cluster="local", argv=["--job_name", "sound"]))
     run.write_progress({"step": 3, "total_steps": 10, "reward_mean": 0.25})
     run.append_step({"step": 3, "started": NOW, "seconds": 2.0, "reward_mean": 0.25})
     run.record_validation({"step": 2, "accuracy": 0.75, "questions": 4}, [])
@@ -114,7 +116,7 @@ def test_a_hostile_run_directory_breaks_no_view_and_is_written_outside_of_never(
         (outside / "secret").write_text('{"event": "submit", "job_id": "9", "step": 1, "accuracy": 1}\n')
         sound = sound_run(runs)
         bad = RunDir(runs / "hostile")
-        bad.append_ledger("submit", job_id="local-2", cluster="local")
+        ledger.append(bad, Submit(job_id="local-2", cluster="local"))
         for name, content in planted.items():
             plant(bad, name, content, outside)
         before = snapshot(outside)

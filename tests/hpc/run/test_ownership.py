@@ -15,6 +15,7 @@ from hpc.job import continuation
 from hpc.run import ownership
 from hpc.run.rundir import RunDir
 from tests.hpc.launcher.test_launch_resume import main, save, sbatch, tree  # noqa: F401 (sbatch: a fixture)
+from tests.doubles.ledger_lines import ledger_lines
 
 
 @pytest.fixture
@@ -123,7 +124,7 @@ def test_the_ledger_records_the_arguments_with_secret_values_starred(capsys, tmp
     code, _, _ = main(capsys, *launch_args(runs, art, "s", "--env", f"GEMINI_API_KEY={secret}",
                                            f"--env=JUDGE_URL=https://u:{secret}@judge", "--env", "PLAIN=visible"))
     assert code == 0
-    (record,) = RunDir(runs / "s").read_ledger()
+    (record,) = ledger_lines(RunDir(runs / "s"))
     assert "--env" in record["argv"] and "GEMINI_API_KEY=***" in record["argv"]
     assert "--env=JUDGE_URL=https://u:***@judge" in record["argv"] and "PLAIN=visible" in record["argv"]
     assert secret not in (runs / "s" / "ledger.jsonl").read_text()
@@ -136,6 +137,6 @@ def test_the_jobs_begin_hook_refuses_a_folder_another_run_owns_and_marks_the_run
     ownership.claim(other, model)
     assert continuation.begin(mine, model, "123", 0) == continuation.EXIT_NOT_OURS
     assert "belongs to run exp" in mine.read_failed()["reason"]
-    assert not any(r["event"] == "job_start" for r in mine.read_ledger())
+    assert not any(r["event"] == "job_start" for r in ledger_lines(mine))
     assert continuation.begin(other, model, "124", 0) == 0
     assert json.loads(other.model_record_file.read_text())["model_dir"] == str(model.resolve())

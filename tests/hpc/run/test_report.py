@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from hpc.job import continuation
+from hpc.run import ledger
+from hpc.run.ledger import Submit
 from hpc.run.report import FIG_SIZE, DPI, main as report_main, model_bars
 from hpc.run.rundir import RunDir
 from tests.doubles.openai_server import OpenAIServer, Reply, text, tool_call
@@ -23,6 +25,7 @@ from tests.trainer.training.test_train import JUDGE_MODEL, Run, train_in_process
 from tests.trainer.conftest import art_e_data_dir  # noqa: F401 (a fixture)
 from tests.trainer.training.test_train import run, server  # noqa: F401 (fixtures)
 from trainer.evaluation.eval import main as eval_main
+from tests.doubles.ledger_lines import write_record
 from trainer.training.stop_request import StopRequest
 
 pytestmark = pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
@@ -145,7 +148,7 @@ def test_python_m_hpc_report_writes_the_sections_other_modules_register(tmp_path
     import sys
 
     run = RunDir(tmp_path / "r")
-    run.append_ledger("submit", job_id="5", cluster="local")
+    write_record(run, "submit", job_id="5", cluster="local")
     result = subprocess.run([sys.executable, "-m", "hpc.report", str(run.path)], cwd=REPO, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -154,7 +157,7 @@ def test_python_m_hpc_report_writes_the_sections_other_modules_register(tmp_path
 
 def test_a_run_without_rewards_or_evaluations_gets_no_empty_pictures(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "r")
-    run.append_ledger("submit", job_id="5", cluster="local")
+    write_record(run, "submit", job_id="5", cluster="local")
     run.append_step({"step": 1, "seconds": 2.0})  # a step without reward_mean
     assert report_main([str(run.path)]) == 0
     markdown = (run.report_dir / "report.md").read_text()
@@ -185,7 +188,7 @@ UNREADABLE = {  # a run's file, what is in it, and how the report names what it 
 @pytest.mark.parametrize("name", UNREADABLE)
 def test_a_run_with_unreadable_records_gets_its_report_with_them_named(tmp_path: Path, capsys, name) -> None:
     run = RunDir(tmp_path / "r")
-    run.append_ledger("submit", job_id="5", cluster="local")
+    ledger.append(run, Submit(job_id="5", cluster="local"))
     run.write_progress({"step": 1, "total_steps": 4})
     run.record_validation({"step": 1, "accuracy": 0.5}, [])  # only the figures a record must have: '-' for the rest
     text, named = UNREADABLE[name]
@@ -199,7 +202,7 @@ def test_a_run_with_unreadable_records_gets_its_report_with_them_named(tmp_path:
 
 def test_a_run_whose_folder_is_a_progress_file_gets_its_report(tmp_path: Path, capsys) -> None:
     run = RunDir(tmp_path / "r")
-    run.append_ledger("submit", job_id="5", cluster="local")
+    ledger.append(run, Submit(job_id="5", cluster="local"))
     run.progress_file.mkdir()
     assert report_main([str(run.path)]) == 0
     assert "`progress.json`: a folder, not a file" in (run.report_dir / "report.md").read_text()
@@ -214,7 +217,7 @@ def test_a_run_whose_folder_is_a_progress_file_gets_its_report(tmp_path: Path, c
 def test_the_report_says_the_step_and_its_total_only_where_the_total_is_known(tmp_path: Path, progress, done,
                                                                             line) -> None:
     run = RunDir(tmp_path / "r")
-    run.append_ledger("submit", job_id="5", cluster="local")
+    ledger.append(run, Submit(job_id="5", cluster="local"))
     run.write_progress(progress)
     if done:
         run.mark_done(*done)

@@ -11,6 +11,8 @@ from typing import Callable
 
 import pytest
 
+from hpc.run import ledger
+from hpc.run.ledger import Submit
 from hpc.run.rundir import OutsideRun, RunDir
 
 CANARY = '{"step": 7, "accuracy": 0.5, "event": "submit", "ended": "2026-01-01T00:00:00+00:00"}\n'
@@ -45,7 +47,7 @@ def link(run: RunDir, name: str, target: Path, spelling: str) -> None:
 
 SPELLINGS = ["absolute", "relative", "chain"]
 WRITES: list[tuple[str, str, Callable[[RunDir], object]]] = [  # (the link, to a file or a folder, the write)
-    ("ledger.jsonl", "file", lambda run: run.append_ledger("submit", job_id="1")),
+    ("ledger.jsonl", "file", lambda run: ledger.append(run, Submit(job_id="1"))),
     ("steps.jsonl", "file", lambda run: run.append_step({"step": 1})),
     ("stops.jsonl", "file", lambda run: run.append_stop({"reason": "boundary"})),
     ("progress.json", "file", lambda run: run.write_progress({"step": 1})),
@@ -76,7 +78,7 @@ def test_no_writer_follows_a_link_out_of_the_run(tmp_path, outside, name, kind, 
 
 
 READS: list[tuple[str, Callable[[RunDir], object]]] = [
-    ("ledger.jsonl", RunDir.read_ledger),
+    ("ledger.jsonl", ledger.readable),
     ("steps.jsonl", RunDir.read_steps),
     ("validation.jsonl", RunDir.read_validations),
     ("progress.json", RunDir.read_progress),
@@ -112,10 +114,10 @@ def test_a_file_below_a_linked_folder_is_not_read(tmp_path, outside) -> None:
 def test_the_run_folder_itself_may_be_a_link(tmp_path) -> None:
     """A user's runs on another filesystem: the run's own folder is theirs to place."""
     real = RunDir(tmp_path / "scratch" / "run")
-    real.append_ledger("submit", job_id="1")
+    ledger.append(real, Submit(job_id="1"))
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "run").symlink_to(real.path)
-    assert [r["job_id"] for r in RunDir(tmp_path / "runs" / "run").read_ledger()] == ["1"]
+    assert [r.job_id for r in ledger.read(RunDir(tmp_path / "runs" / "run"))] == ["1"]
 
 
 @pytest.mark.parametrize("make", [os.mkfifo, os.mkdir], ids=["fifo", "folder"])
@@ -179,16 +181,16 @@ def test_a_bad_progress_file_is_skipped_and_named(tmp_path, text) -> None:
 
 def test_a_torn_last_line_is_dropped_quietly_as_a_crash_leaves_it(tmp_path) -> None:
     run = RunDir(tmp_path / "run")
-    run.append_ledger("submit", job_id="1")
+    ledger.append(run, Submit(job_id="1"))
     with open(run.ledger, "a") as handle:
         handle.write('{"event": "job_st')
-    assert [r["event"] for r in run.read_ledger()] == ["submit"] and run.unreadable == []
+    assert [type(r) for r in ledger.read(run)] == [Submit] and run.unreadable == []
 
 
 def test_each_skipped_record_is_named_once_however_often_it_is_read(tmp_path) -> None:
     run = RunDir(tmp_path / "run")
     run.path.mkdir()
-    run.ledger.write_text('[1]\n{"event": "submit"}\n')
+    run.ledger.write_text('[1]\n{"event": "submit", "job_id": "1", "time": "2026-01-01T00:00:00+00:00"}\n')
     for _ in range(3):
-        run.read_ledger()
+        ledger.read(run)
     assert run.unreadable_line() == "1 unreadable record(s) skipped: ledger.jsonl line 1: not a JSON object (a list)"

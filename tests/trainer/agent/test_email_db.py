@@ -28,10 +28,10 @@ from trainer.agent.email_db import (
     Email,
     EmailDB,
     SearchResult,
-    build_database,
     fts_match_expression,
     order_key,
 )
+from trainer.agent.email_db_build import build_database
 
 REPO = Path(__file__).resolve().parents[3]
 INBOXES = ("vince.kaminski@enron.com", "jeff.dasovich@enron.com", "kay.mann@enron.com", "sara.shackleton@enron.com")

@@ -17,6 +17,7 @@ from tests.hpc.slurm_helpers import cancel, launch
 from tests.scripts.slurm_util import run_script, wait_final
 from tests.doubles.openai_server import OpenAIServer
 from tests.trainer.serving.test_serve import INBOX, SOURCE, scripted
+from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 
@@ -46,14 +47,14 @@ def test_a_serve_job_answers_is_reachable_and_stops_at_scancel(slurm, tmp_path, 
             subprocess.run(["scancel", job], check=True, timeout=30)
             info = wait_final([job], timeout=120)[job]
             deadline = time.monotonic() + 30  # the end hook writes the ledger as the job finishes
-            while not any(r["event"] == "cancelled" for r in run.read_ledger()) and time.monotonic() < deadline:
+            while not any(r["event"] == "cancelled" for r in ledger_lines(run)) and time.monotonic() < deadline:
                 time.sleep(0.3)
         finally:
             cancel([job])
     assert info["State"] == "CANCELLED"
-    (end,) = [r for r in run.read_ledger() if r["event"] == "job_end"]
+    (end,) = [r for r in ledger_lines(run) if r["event"] == "job_end"]
     assert end["exit_code"] == 75, "the service stopped on its own at TERM, not killed"
-    assert any(r["event"] == "cancelled" for r in run.read_ledger()), "a cancelled serve job is not continued"
-    assert not [r for r in run.read_ledger() if r["event"] in ("requeue", "resubmit")]
+    assert any(r["event"] == "cancelled" for r in ledger_lines(run)), "a cancelled serve job is not continued"
+    assert not [r for r in ledger_lines(run) if r["event"] in ("requeue", "resubmit")]
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{address['port']}/health", timeout=2)

@@ -13,17 +13,8 @@ from typing import Any
 import pytest
 
 from tests.trainer.conftest import FIXTURE_EMAILS, FIXTURE_QUESTIONS, fixture_rows
-from trainer.staging.data import (
-    DataPaths,
-    SourceError,
-    data_paths,
-    default_data_dir,
-    email_rows,
-    main as data_main,
-    prepare,
-    question_rows,
-    resolve_source,
-)
+from trainer.staging.data import DataPaths, data_paths, default_data_dir, main as data_main, prepare
+from trainer.staging.sources import SourceError, email_rows, question_rows, resolve_source
 from trainer.agent.email_db import DB_FILENAME, EmailDB
 from trainer.agent.scenarios import load_scenarios
 

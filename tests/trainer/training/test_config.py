@@ -88,6 +88,10 @@ def test_any_positive_float_override_round_trips(x: float) -> None:
     assert load_config("smoke", [f"learning_rate={x!r}"]).learning_rate == x
 
 
+def test_a_learning_rate_of_0_is_a_control_run_that_trains_nothing() -> None:
+    assert load_config("smoke", ["learning_rate=0"]).learning_rate == 0.0
+
+
 def test_an_unknown_key_is_named_with_the_accepted_keys() -> None:
     with pytest.raises(ConfigError) as error:
         load_config("agent_008", ["learning_rat=1e-5"])
@@ -108,7 +112,7 @@ def test_an_unknown_config_is_named_with_the_known_configs() -> None:
     ("max_turns=0", "max_turns.*>= 1"),
     ("learning_rate=fast", "learning_rate.*a number"),
     ("learning_rate=nan", "learning_rate.*a number"),
-    ("learning_rate=0", "learning_rate.*> 0"),
+    ("learning_rate=-1e-5", "learning_rate.*>= 0 .0 trains nothing: a control run"),
     ("tool_calling=maybe", "tool_calling.*true or false"),
     ("reward=vibes", "reward.*judge or ruler"),
     ("gpu_memory_utilization=1.5", "gpu_memory_utilization.*fraction"),

@@ -27,6 +27,7 @@ from hpc.run.rundir import RunDir
 from tests.doubles.openai_server import OpenAIServer, text
 from tests.hpc.slurm_helpers import cancel, launch
 from tests.scripts.slurm_util import run_script, sacct_row, wait_final
+from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 
@@ -77,11 +78,11 @@ def double(overrides: str = FAKE_BACKEND + ",val_set_size=0", *extra: str) -> tu
 
 
 def job_ids(run: RunDir) -> list[str]:
-    return list(dict.fromkeys(str(r["job_id"]) for r in run.read_ledger() if r["event"] in ("submit", "resubmit")))
+    return list(dict.fromkeys(str(r["job_id"]) for r in ledger_lines(run) if r["event"] in ("submit", "resubmit")))
 
 
 def events(run: RunDir, name: str) -> list[dict]:
-    return [r for r in run.read_ledger() if r["event"] == name]
+    return [r for r in ledger_lines(run) if r["event"] == name]
 
 
 def settled(run: RunDir) -> bool:
@@ -101,7 +102,7 @@ def wait_settled(cases: list[Case], timeout: float) -> None:
             return
         time.sleep(0.5)
     raise AssertionError("runs did not settle: " + "; ".join(
-        f"{c.name}: {c.run.read_ledger()}" for c in cases if not settled(c.run)))
+        f"{c.name}: {ledger_lines(c.run)}" for c in cases if not settled(c.run)))
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +144,7 @@ def cases(slurm, judge, art_e_data_dir, tmp_path_factory):
             case.launch(runs, base_env)
         wait_settled(list(all_cases.values()), timeout=240)
         down_case = all_cases["down"]
-        down_case.notes = {"first_launch": down_case.run.read_ledger()}
+        down_case.notes = {"first_launch": ledger_lines(down_case.run)}
         down_case.launch(runs, base_env)
         wait_settled([down_case], timeout=120)
         yield all_cases
@@ -215,7 +216,7 @@ def test_a_transient_failure_is_retried_until_max_failures_then_the_run_stops(ca
 
 def test_a_relaunch_gets_a_fresh_failure_count(cases):
     case = cases["down"]
-    ledger = case.run.read_ledger()
+    ledger = ledger_lines(case.run)
     relaunch = max(k for k, r in enumerate(ledger) if r["event"] == "submit")
     ends = [r for r in ledger[relaunch:] if r["event"] == "job_end"]
     assert len(ends) == 2, ledger[relaunch:]  # --max_failures 2 again, not the 1 left over from before

@@ -35,7 +35,7 @@ from tests.doubles.openai_server import OpenAIServer, Reply, failure, text, tool
 from trainer.training import environment, loop
 from trainer.training.backend import backend_class, build_model, server_config
 from trainer.training.boundary import resume_step
-from trainer.training.config import load_config
+from trainer.training.config import ConfigError, load_config
 from trainer.training.environment import Paths, configure_environment, metrics_reporters, resolve_paths
 from trainer.training.exits import SetupError
 from trainer.training.progress import total_steps
@@ -280,6 +280,23 @@ def test_reward_ruler_trains_on_ruler_scores_without_the_answer_judge(
     rewards = [group for record in read_train_log(run.art_path) for group in record["rewards"]]
     assert rewards and all(sorted(group) == [0.25, 0.75] for group in rewards)
     assert run.run_dir.read_progress()["answer_accuracy"] is None, "nobody checked the answers"
+
+
+def test_reward_proof_only_text_hash_scores_each_rollout_by_its_text_for_a_made_model_only(
+    run: Run, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    made = tmp_path / "made"
+    made.mkdir()
+    (made / "made_by.json").write_text("{}")
+    overrides = [*OVERRIDES, "reward=proof_only_text_hash", f"base_model={made}"]
+    with caplog.at_level("WARNING", logger="trainer"):
+        assert train_in_process(overrides=overrides) == 0
+    rewards = [group for record in read_train_log(run.art_path) for group in record["rewards"]]
+    assert len(rewards) == TOTAL * 2 and all(0 <= r < 1 for group in rewards for r in group)
+    assert all(len(set(group)) == len(group) for group in rewards), "each rollout's text differs, so its reward"
+    assert "PROOF ONLY" in caplog.text
+    with pytest.raises(ConfigError, match="reward 'proof_only_text_hash' is for the GPU proof of a model made by"):
+        load_config(CONFIG, [*OVERRIDES, "reward=proof_only_text_hash"])  # smoke's base: Qwen/Qwen2.5-14B-Instruct
 
 
 # -- stopping -------------------------------------------------------------------------------------
@@ -613,7 +630,7 @@ def test_an_unknown_config_exits_78_with_one_line() -> None:
 
     assert result.returncode == EXIT_CONFIG_ERROR == 78
     assert result.stderr.strip().splitlines() == [
-        "trainer.train: error: unknown config 'agent_009'; known configs: agent_008, smoke"]
+        "trainer.train: error: unknown config 'agent_009'; known configs: agent_008, learning_curve, smoke"]
 
 
 def test_an_unknown_override_exits_78_naming_the_accepted_keys() -> None:
@@ -643,8 +660,9 @@ def test_the_preflight_fails_a_job_in_seconds_before_art_is_imported(tmp_path: P
     errors = [line for line in result.stderr.splitlines() if line.startswith("preflight check")]
     assert [line.split("'")[1] for line in errors] == ["scenarios", "judge", "data"]
     assert "fix: stage it on a login node with internet: `python -m trainer.data prepare`" in errors[-1]
-    assert "import 'litellm'" in result.stderr  # PYTHONVERBOSE lists every import (the judge's check's)...
+    assert "import 'trainer.training.judge_ping'" in result.stderr  # PYTHONVERBOSE lists every import...
     assert "import 'art'" not in result.stderr  # ... and ART's never came
+    assert "import 'litellm'" not in result.stderr  # nor litellm's: the judge check is one plain HTTP POST
 
 
 def test_a_passing_preflight_logs_its_checks_and_asks_the_judge_once(run: Run, server: OpenAIServer) -> None:
@@ -679,8 +697,15 @@ def test_gpu_memory_settings_reach_arts_internal_config() -> None:
 
     assert model._internal_config["engine_args"]["gpu_memory_utilization"] == 0.6
     assert model._internal_config["init_args"]["max_seq_length"] == 8192
+    assert model._internal_config["engine_args"]["max_model_len"] == 8192, "vLLM's context is the planned one"
     assert (model.name, model.run_name, model.project, model.base_model) == (
         "email-agent-008", "lr_2e-5", "email_agent", "Qwen/Qwen2.5-14B-Instruct")
+
+
+def test_load_in_4bit_reaches_unsloths_init_args() -> None:
+    assert build_model(load_config("agent_008"), "r", [])._internal_config["init_args"]["load_in_4bit"] is True
+    made = build_model(load_config("learning_curve"), "r", [])
+    assert made._internal_config["init_args"]["load_in_4bit"] is False
 
 
 def test_no_internet_makes_wandb_and_hugging_face_offline(tmp_path: Path) -> None:
@@ -735,6 +760,7 @@ def test_a_fast_start_run_gives_vllm_eager_mode_without_kernel_autotuning() -> N
     fast = build_model(load_config("smoke", ["vllm_fast_start=true"]), "r", [])
     plain = build_model(load_config("smoke"), "r", [])
 
-    assert fast._internal_config["engine_args"] == {"gpu_memory_utilization": 0.75, "enforce_eager": True,
+    assert fast._internal_config["engine_args"] == {"gpu_memory_utilization": 0.75, "max_model_len": 16384,
+                                                    "enforce_eager": True,
                                                     "kernel_config": {"enable_flashinfer_autotune": False}}
-    assert plain._internal_config["engine_args"] == {"gpu_memory_utilization": 0.75}
+    assert plain._internal_config["engine_args"] == {"gpu_memory_utilization": 0.75, "max_model_len": 16384}

@@ -15,8 +15,9 @@ from hpc.run.rundir import RunDir
 from tests.doubles.openai_server import OpenAIServer, Reply, text
 from tests.hpc.slurm_helpers import cancel, launch
 from tests.scripts.slurm_util import wait_final
-from trainer.training.preflight import JUDGE_PING
+from trainer.training.judge_ping import JUDGE_PING
 from tests.trainer.training.test_validation import PLANTED, planted_agent
+from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 JUDGE = "judge-model"
@@ -52,8 +53,8 @@ def test_usr1_during_a_validation_loses_no_step_and_the_next_job_validates_once(
             subprocess.run(["scancel", "--signal=USR1", "--batch", jobs[0]], check=True, timeout=30)
             run = RunDir(runs / "val_stop")
             wait_final([jobs[0]], timeout=120)
-            follower = [r["job_id"] for r in run.read_ledger() if r["event"] == "resubmit"]
-            assert follower, run.read_ledger()
+            follower = [r["job_id"] for r in ledger_lines(run) if r["event"] == "resubmit"]
+            assert follower, ledger_lines(run)
             jobs += follower
             wait_final(follower, timeout=240)
         finally:
@@ -62,7 +63,7 @@ def test_usr1_during_a_validation_loses_no_step_and_the_next_job_validates_once(
     assert run.read_done() is not None
     assert [v["step"] for v in run.read_validations()] == [0, 2], "each validation exactly once"
     assert all(v["accuracy"] == 0.5 for v in run.read_validations())
-    ends = [r for r in run.read_ledger() if r["event"] == "job_end"]
+    ends = [r for r in ledger_lines(run) if r["event"] == "job_end"]
     assert [(e["outcome"], e["step"]) for e in ends] == [("stopped_for_time", 0), ("finished", 2)]
     first_log = Path(run.log_paths(jobs[0])[0]).read_text()
     assert "validation at step 0 abandoned (stop requested)" in first_log

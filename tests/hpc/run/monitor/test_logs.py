@@ -8,6 +8,7 @@ from hpc.run.monitor.logs import LogFinder
 from hpc.run.rundir import RunDir
 from hpc.slurm.output import EndedJob
 from hpc.slurm.states import JobState
+from tests.doubles.ledger_lines import write_record
 
 
 def job(job_id: str, name: str, workdir: str = "/work", submit_line: str = "sbatch x",
@@ -18,14 +19,14 @@ def job(job_id: str, name: str, workdir: str = "/work", submit_line: str = "sbat
 
 def test_log_paths_come_from_the_ledger_for_the_launchers_jobs(tmp_path):
     run = RunDir(tmp_path / "runs" / "r1")
-    run.append_ledger("submit", job_id="11", log_out="/elsewhere/a.out", log_err="/elsewhere/a.err")
+    write_record(run, "submit", job_id="11", log_out="/elsewhere/a.out", log_err="/elsewhere/a.err")
     finder = LogFinder(tmp_path / "runs")
     assert finder.find(job("11", "r1")) == ("/elsewhere/a.out", "/elsewhere/a.err")
 
 
 def test_log_paths_of_a_resubmitted_job_follow_the_run_layout(tmp_path):
     run = RunDir(tmp_path / "runs" / "r1")
-    run.append_ledger("resubmit", job_id="12", after="11")
+    write_record(run, "resubmit", job_id="12", after="11")
     finder = LogFinder(tmp_path / "runs")
     out, err = run.log_paths("12")
     assert finder.find(job("12", "r1", submit_line="sbatch --parsable --dependency=afterany:11")) == (str(out), str(err))

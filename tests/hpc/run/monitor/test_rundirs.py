@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from hpc.run.monitor.rundirs import run_dirs
 from hpc.run.rundir import RunDir, SweepDir
+from tests.doubles.ledger_lines import write_record
 
 
 def test_runs_moved_aside_by_restart_are_listed_only_by_name(tmp_path):
     for name in ("r1", "r1.20261122T101010Z", "r.2"):
-        RunDir(tmp_path / name).append_ledger("submit", job_id="1")
+        write_record(RunDir(tmp_path / name), "submit", job_id="1")
     (tmp_path / "not-a-run").mkdir()
     assert [r.name for r in run_dirs(tmp_path)] == ["r.2", "r1"]
     assert [r.name for r in run_dirs(tmp_path, "r1.20261122T101010Z")] == ["r1.20261122T101010Z"]
@@ -17,6 +18,6 @@ def test_runs_moved_aside_by_restart_are_listed_only_by_name(tmp_path):
 def test_a_sweeps_name_lists_its_runs(tmp_path):
     SweepDir(tmp_path / "sw").write_record({"sweep": "sw", "runs": [{"name": "sw.seed=1"}, {"name": "sw.seed=2"}]})
     for name in ("sw.seed=1", "sw.seed=2", "sw.seed=3", "other"):
-        RunDir(tmp_path / name).append_ledger("submit", job_id="1")
+        write_record(RunDir(tmp_path / name), "submit", job_id="1")
     assert [r.name for r in run_dirs(tmp_path, "sw")] == ["sw.seed=1", "sw.seed=2"]
     assert "sw" not in [r.name for r in run_dirs(tmp_path)]  # the sweep's own folder is no run

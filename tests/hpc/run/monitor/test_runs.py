@@ -7,13 +7,13 @@ import json
 import os
 
 from hpc.run import checkpoints as ck
+from hpc.run import ledger
 from hpc.run.monitor import runs
-from hpc.run.monitor.rundirs import ledger, ledger_job_ids, model_dir_of
 from hpc.run.rundir import RunDir
 from tests.doubles.step_trainer import safetensors_bytes
 
 
-def test_the_checkpoint_column_is_the_latest_complete_checkpoint_of_the_jobs_model_dir(tmp_path):
+def test_the_checkpoint_column_is_the_latest_complete_checkpoint_of_the_model_folder_the_run_owns(tmp_path):
     model = tmp_path / "art dir" / "proj" / "models" / "m"
     for step in (2, 3):
         folder = ck.step_dir(model, step)
@@ -23,22 +23,33 @@ def test_the_checkpoint_column_is_the_latest_complete_checkpoint_of_the_jobs_mod
     torn = ck.step_dir(model, 4)
     torn.mkdir()
     (torn / ck.ADAPTER_CONFIG).write_text("{")
-    run = RunDir(tmp_path / "run")
-    script = run.scripts_dir / "job.sbatch"
-    run.write_bytes(script, f"#!/bin/bash\nexport HPC_MODEL_DIR='{model}'\n".encode())
-    records = [{"event": "submit", "job_id": "1", "script": str(script)}]
-    assert model_dir_of(run, records) == model
-    assert runs.checkpoint_text(run, records) == "3"
-    assert runs.checkpoint_text(run, [{"event": "submit", "job_id": "1", "script": "/no/such"}]) == "-"
+    run = RunDir(tmp_path / "runs" / "r")
+    assert runs.checkpoint_text(run) == "-", "no model.json yet (never launched)"
+    run.write_model_record({"model_dir": str(model), "claimed": "2026-11-01T00:00:00+00:00"})
+    assert runs.checkpoint_text(run) == "3"
+    run.write_model_record({"model_dir": str(tmp_path / "no" / "such")})
+    assert runs.checkpoint_text(run) == "-"
+    run.model_record_file.write_text("[not, json")
+    assert runs.checkpoint_text(run) == "-"
+
+
+def test_a_run_without_job_scripts_shows_the_checkpoint_of_the_model_dir_it_claimed(tmp_path):
+    model = tmp_path / "art" / "email_agent" / "models" / "seed1"
+    folder = ck.step_dir(model, 5)
+    folder.mkdir(parents=True)
+    (folder / ck.ADAPTER_CONFIG).write_text(json.dumps({"r": 8}))
+    (folder / ck.ADAPTER_WEIGHTS).write_bytes(safetensors_bytes(5))
+    run = RunDir(tmp_path / "runs" / "seed1")  # bench/learning_curve.py's: trainer.train, no Slurm job
+    run.path.mkdir(parents=True)
+    assert runs.checkpoint_text([], run) == "-"
+    run.write_model_record({"model_dir": str(model)})
+    assert runs.checkpoint_text([], run) == "5"
 
 
 def test_a_run_shows_its_running_job_rather_than_newer_chained_ones():
     assert runs.pick_job(["1", "2", "3"], {"1": "RUNNING", "2": "PENDING", "3": "PENDING"}) == "1"
     assert runs.pick_job(["1", "2"], {}) == "2"
     assert runs.pick_job([], {}) == ""
-    records = [{"event": "submit", "job_id": "5"}, {"event": "resubmit", "job_id": "6", "after": "5"},
-               {"event": "job_start", "job_id": "5"}, {"event": "done", "step": 3}]
-    assert ledger_job_ids(records) == ["6", "5"]
 
 
 def test_unreadable_markers_and_torn_ledgers_do_not_break_a_row(tmp_path):
@@ -47,7 +58,7 @@ def test_unreadable_markers_and_torn_ledgers_do_not_break_a_row(tmp_path):
     run.ledger.write_text('{"event": "submit", "job_id": "9"}\n7\n{"event": "requeue", "job_id": "9"}\n{"torn')
     run.progress_file.write_text("[1, 2]")
     os.mkdir(run.done_file)  # a directory where a file should be
-    row = runs.run_row(run, "9", "RUNNING", ledger(run))
+    row = runs.run_row(run, "9", "RUNNING", ledger.readable(run))
     assert row == ["r", "9", "RUNNING", "-", "-", "-", "-", "-", "-", 1, "-"]
 
 
@@ -57,14 +68,6 @@ def test_the_validation_column_shows_the_latest_accuracy_and_the_best_step(tmp_p
         run.record_validation({"step": step, "accuracy": accuracy}, [])
     assert runs.validation_text(run) == "85%@60 best@30"
     assert runs.validation_text(RunDir(tmp_path / "none")) == "-"
-
-
-def test_a_run_counts_as_cancelled_only_until_it_is_launched_again():
-    cancelled = [{"event": "submit", "job_id": "1"}, {"event": "job_end", "job_id": "1"},
-                 {"event": "cancelled", "job_id": "1"}]
-    assert runs.cancelled_by_user(cancelled)
-    assert not runs.cancelled_by_user([*cancelled, {"event": "submit", "job_id": "2"}])
-    assert not runs.cancelled_by_user([])
 
 
 def test_a_sweeps_runs_are_grouped_after_the_runs_on_their_own(tmp_path):

@@ -1,0 +1,391 @@
+"""The learning curve: agent_008's loop makes an agent better at questions it has never seen.
+
+    .venv/bin/python bench/learning_curve.py plan   [--gpus 0] [--minutes 20]     # what it will do, and how long
+    .venv/bin/python bench/learning_curve.py start  [--gpus 0] [--minutes 20]     # run it in the background
+    .venv/bin/python bench/learning_curve.py status                              # where it is (poll this)
+    .venv/bin/python bench/learning_curve.py run    [--gpus 0] [--minutes 20]     # the same in the foreground
+    .venv/bin/python bench/learning_curve.py collect [--out DIR]                 # the JSON and picture, now
+    .venv/bin/python bench/learning_curve.py plot JSON [--png PNG]               # redraw the picture from the JSON
+
+On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no download:
+
+1. data: ``trainer.data make-inboxes`` (synthetic inboxes, split by inbox: no held-out inbox,
+   question or answer in the train split) staged by ``trainer.data prepare``;
+2. model: ``trainer.data make-model --size inbox`` warmed up by ``trainer.warmup --policy
+   inbox-mix``: the tool format from scripted conversations of which only a quarter search
+   well (trainer/staging/inbox_policy.py), the room RL has to improve;
+3. scripted: that policy on the validation questions with the real tools (its accuracy is
+   the known starting point);
+4. runs: ``trainer.train --config learning_curve`` with ART's LocalBackend, three at once: seeds
+   1 and 2, and a control identical to seed 1 but for learning_rate 0. Each validates on the
+   held-out questions at step 0 and every ``eval_steps`` steps. The judge is the GPU proof's
+   string match (every word of the reference in the answer) served on loopback by
+   tests/doubles/openai_server.py: the trainer's own judge code path (litellm, cache, retries)
+   asks it. One GPU: shared mode (vLLM sleeps while Unsloth trains), all three on it, each
+   vLLM with a small memory share. Two GPUs: dedicated mode, the runs' training and vLLM
+   crossed over the two (a run trains on one and samples from the other);
+5. collect: ``docs/results/learning_curve.json`` from the runs' validation records and
+   ``learning_curve.png`` from the JSON, and the targets, met or not: every seed rises at
+   least 20 points from its first to its last point with 95% (Wilson) intervals apart, the
+   control less than 5.
+
+``--minutes`` bounds the whole: the runs get the job end time that makes the trainer stop at a
+step boundary before it (exit 75), then whatever is still running gets SIGUSR1; the results
+are written from what was measured. ``start`` runs it under setsid (it survives the shell that
+started it), its log in WORK/bench.log. Seeds and questions are fixed here and in the config,
+before any run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.gpu_proof_kit import (  # noqa: E402
+    PYTHON, REPO, Process, ProofFailed, Work, command, last_lines, node_gpus, run_together, say,
+    string_match_verdict, trained_steps)
+from bench.gpu_proof import positive  # noqa: E402
+from bench.learning_curve_results import plot, redraw, results, verdicts, write_json  # noqa: E402
+from hpc.run.rundir import RunDir, read_jsonl  # noqa: E402
+
+CONFIG = "learning_curve"
+SEEDS = (1, 2)  # fixed before any run: never picked after the fact
+CONTROL = "control"
+DATA_SEED = 0
+TRAIN_INBOXES, HELDOUT_INBOXES = 600, 100
+WARMUP = {"batch_size": 16, "learning_rate": 2e-3}
+WARMUP_STEPS = 2000  # --warmup_steps: 32,000 draws from 7,200 distinct conversations
+RESULTS = REPO / "docs" / "results"
+# Planning figures, from the GPU proof on an H100 (docs/training.md): seconds
+ESTIMATE = {"data": 15, "model": 180, "scripted": 5, "register": 150, "validation": 30,
+            "step_shared": 27.0, "step_dedicated": 6.0, "collect": 10}
+SIGNAL_WAIT = 120  # after the deadline: SIGUSR1, then this long for the step being trained to be saved
+BOUNDARY_MARGIN = 30  # the config's boundary_margin_seconds: the trainer's last step ends this long before
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One trainer.train process of the bench."""
+
+    name: str
+    seed: int
+    learning_rate: float | None  # None: the config's
+    devices: str
+    port: int
+
+    def overrides(self, model: Path, gpu_mode: str) -> list[str]:
+        lr = [] if self.learning_rate is None else [f"learning_rate={self.learning_rate}"]
+        return [f"base_model={model}", f"seed={self.seed}", f"gpu_mode={gpu_mode}", *lr]
+
+
+def run_specs(gpus: list[str]) -> list[RunSpec]:
+    """The seeds and the control; on two GPUs each trains on one and samples from the other,
+    alternating, so both GPUs carry one side of every run."""
+    names = [(f"seed{seed}", seed, None) for seed in SEEDS] + [(CONTROL, SEEDS[0], 0.0)]
+    if len(gpus) == 1:
+        return [RunSpec(name, seed, lr, gpus[0], 8100 + 100 * i) for i, (name, seed, lr) in enumerate(names)]
+    pairs = [f"{gpus[0]},{gpus[1]}", f"{gpus[1]},{gpus[0]}"]
+    return [RunSpec(name, seed, lr, pairs[i % 2], 8100 + 100 * i) for i, (name, seed, lr) in enumerate(names)]
+
+
+def gpu_mode(gpus: list[str]) -> str:
+    return "shared" if len(gpus) == 1 else "dedicated"
+
+
+# -- the plan ------------------------------------------------------------------------------------------
+
+
+def config_values() -> dict:
+    from trainer.training.config import load_config
+
+    return load_config(CONFIG).__dict__
+
+
+def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS) -> list[str]:
+    """What the bench will do and how long each part is expected to take (``plan``, and the log's head)."""
+    config = config_values()
+    mode = gpu_mode(gpus)
+    step = ESTIMATE["step_shared" if mode == "shared" else "step_dedicated"]
+    before = ESTIMATE["data"] + ESTIMATE["model"] + ESTIMATE["scripted"] + ESTIMATE["register"]
+    budget = minutes * 60 - ESTIMATE["collect"] - SIGNAL_WAIT - BOUNDARY_MARGIN - before  # as run_all's deadline
+    per_block = config["eval_steps"] * step + ESTIMATE["validation"]
+    total = config["training_dataset_size"] // config["groups_per_step"] * config["num_epochs"]
+    blocks = max(0, int((budget - ESTIMATE["validation"]) // per_block))
+    steps = min(total, blocks * config["eval_steps"])
+    runs = run_specs(gpus)
+    return [
+        f"plan: {len(gpus)} GPU(s) ({','.join(gpus)}), gpu_mode {mode}, budget {minutes:g} min",
+        f"  data      make-inboxes ({TRAIN_INBOXES} train, {HELDOUT_INBOXES} held-out inboxes, seed {DATA_SEED}) "
+        f"+ prepare: ~{ESTIMATE['data']} s",
+        f"  model     make-model --size inbox, warm-up {warmup_steps} steps of {WARMUP['batch_size']} "
+        f"(lr {WARMUP['learning_rate']:g}, 25% good searches): ~{ESTIMATE['model']} s",
+        f"  scripted  the warm-up's policy on the {config['val_set_size']} validation questions: ~{ESTIMATE['scripted']} s",
+        "  runs      " + "; ".join(f"{r.name} (seed {r.seed}{', lr 0' if r.learning_rate == 0 else ''}, "
+                                    f"CUDA_VISIBLE_DEVICES={r.devices})" for r in runs) + ", all at once",
+        f"            config {CONFIG}: lr {config['learning_rate']:g}, {config['groups_per_step']} groups x "
+        f"{config['trajectories_per_group']} rollouts a step, {total} steps, validation on {config['val_set_size']} "
+        f"held-out questions at step 0 and every {config['eval_steps']}",
+        f"            register ~{ESTIMATE['register']} s, a step ~{step:g} s, a validation ~{ESTIMATE['validation']} s "
+        f"(the GPU proof's H100 figures)",
+        f"            expected before the deadline: ~{steps} steps, validations at "
+        f"{list(range(0, steps + 1, config['eval_steps']))}",
+        f"  collect   {RESULTS.relative_to(REPO)}/learning_curve.json and .png: ~{ESTIMATE['collect']} s",
+        f"expected total ~{(before + ESTIMATE['validation'] + blocks * per_block + ESTIMATE['collect']) / 60:.1f} min "
+        f"of {minutes:g}",
+    ]
+
+
+# -- the stages ----------------------------------------------------------------------------------------
+
+
+def stage(work: Work, name: str) -> None:
+    (work.root / "stage.json").write_text(json.dumps({"stage": name, "time": time.time()}) + "\n")
+    say(f"== {name} ({time.strftime('%H:%M:%S')})")
+
+
+def make_data(work: Work) -> list[str]:
+    inboxes = work.root / "inboxes"
+    made = command(work, "make-inboxes", ["-m", "trainer.data", "make-inboxes", str(inboxes), "--seed", str(DATA_SEED),
+                                          "--train_inboxes", str(TRAIN_INBOXES), "--heldout_inboxes",
+                                          str(HELDOUT_INBOXES)])
+    staged = command(work, "prepare", ["-m", "trainer.data", "prepare", "--data_dir", str(work.data), "--emails",
+                                       str(inboxes / "emails.jsonl"), "--questions", str(inboxes / "questions.jsonl"),
+                                       "--quiet"])
+    return [line for line in (made + staged).splitlines() if line.startswith(("inboxes:", "split:", "database:",
+                                                                                "scenarios:"))]
+
+
+def make_model(work: Work, warmup_steps: int = WARMUP_STEPS) -> list[str]:
+    random = work.root / "model-random"
+    made = command(work, "make-model", ["-m", "trainer.data", "make-model", str(random), "--size", "inbox",
+                                        "--data_dir", str(work.data)])
+    warmed = command(work, "warmup", [
+        "-m", "trainer.warmup", str(random), str(work.model), "--data_dir", str(work.data), "--policy", "inbox-mix",
+        "--max_turns", str(config_values()["max_turns"]), f"--steps={warmup_steps}",
+        *(f"--{k}={v}" for k, v in WARMUP.items())], timeout=1800)
+    return [line for line in (made + warmed).splitlines() if line.startswith(("model:", "warmup done", "warmup:"))]
+
+
+def scripted(work: Work) -> list[str]:
+    output = command(work, "scripted", ["-m", "trainer.staging.inbox_policy", "--data_dir", str(work.data), "--split",
+                                        "test", "--limit", str(config_values()["val_set_size"])])
+    return output.strip().splitlines()[-1:]
+
+
+def trainers(work: Work, gpus: list[str], deadline: float, extra: tuple[str, ...] = (),
+             **env: str) -> list[Process]:
+    """The three trainer.train processes, each told the job ends at ``deadline`` (so it stops at a
+    step boundary before it) and SIGUSR1 once it is past; ``extra`` overrides and ``env`` are the
+    CPU tests' (a backend double and its scripted policy)."""
+    mode = gpu_mode(gpus)
+    processes = []
+    for spec in run_specs(gpus):
+        run = work.for_run(spec.name, spec.devices)
+        run.claim()
+        argv = ["-m", "trainer.train", "--config", CONFIG, *spec.overrides(work.model, mode), *extra]
+        job = {"HPC_JOB_END_TIME": str(int(deadline)), "HPC_SIGNAL_GRACE": "0", "HPC_VLLM_PORT": str(spec.port)}
+        processes.append(Process(run, spec.name, argv, until=lambda: time.time() > deadline, env={**job, **env}))
+    return processes
+
+
+def train_runs(work: Work, gpus: list[str], deadline: float, extra: tuple[str, ...] = (), **env: str) -> list[str]:
+    try:
+        ended = run_together(trainers(work, gpus, deadline, extra, **env), timeout=deadline - time.time() + SIGNAL_WAIT)
+    except ProofFailed as error:  # still running past the deadline and the wait: killed; what was saved stays
+        return [f"stopped: {error}"]
+    return [f"{spec.name}: exit {code} after {seconds:.0f} s; {last_lines(log, 1)}"
+            for spec, (code, log, seconds) in zip(run_specs(gpus), ended)]
+
+
+# -- results -------------------------------------------------------------------------------------------
+
+
+def device_name(gpus: list[str]) -> str:
+    try:
+        found = subprocess.run(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"], capture_output=True,
+                               text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown (no nvidia-smi)"
+    names = dict(line.split(", ", 1) for line in found.stdout.strip().splitlines() if ", " in line)
+    used = [names.get(gpu, "?") for gpu in gpus] or ["unknown"]
+    return f"{len(used)} x {used[0]}" if len(set(used)) == 1 else " + ".join(used)
+
+
+def model_description(work: Work) -> str:
+    made = json.loads((work.model / "made_by.json").read_text()) if (work.model / "made_by.json").is_file() else {}
+    warm = made.get("warmup", {})
+    return (f"made Qwen2 model, size {made.get('size', '?')}: {made.get('parameters', 0) / 1e6:.1f}M parameters, "
+            f"warmed up on {warm.get('conversations', '?')} scripted conversations")
+
+
+def collect(work: Work, out: Path | None, gpus: list[str]) -> tuple[list[str], bool]:
+    """The JSON (from the run directories) and the picture (from the JSON), in WORK/results and ``out``;
+    its lines, and whether every target was met."""
+    runs = {spec.seed: work.for_run(spec.name).run for spec in run_specs(gpus) if spec.name != CONTROL}
+    data = results(device_name(gpus), model_description(work), time.strftime("%Y-%m-%d", time.gmtime()), runs,
+                   work.for_run(CONTROL).run)
+    lines = []
+    for folder in [work.root / "results"] + ([out] if out else []):
+        png = plot(data, folder / "learning_curve.png")
+        lines.append(f"wrote {write_json(data, folder / 'learning_curve.json')} and {png}")
+    checked = verdicts(data)
+    return lines + lora_lines(work) + [verdict.line() for verdict in checked], all(v.met for v in checked)
+
+
+# -- status ----------------------------------------------------------------------------------------------
+
+
+def status_lines(work: Work, gpus: list[str]) -> list[str]:
+    """The bench's stage, then each run's steps and validations so far."""
+    stage_file = work.root / "stage.json"
+    if not stage_file.is_file():
+        return [f"no bench in {work.root} yet"]
+    current = json.loads(stage_file.read_text())
+    lines = [f"stage {current['stage']} since {time.strftime('%H:%M:%S', time.localtime(current['time']))} "
+             f"({time.time() - current['time']:.0f} s)"]
+    for spec in run_specs(gpus):
+        run = work.for_run(spec.name).run
+        steps, validations = run.read_steps(), run.read_validations()
+        mean = sum(s["seconds"] for s in steps[-5:]) / len(steps[-5:]) if steps else 0
+        lines.append(f"  {spec.name}: {len(steps)} steps ({mean:.1f} s each lately), validations "
+                     + (", ".join(f"@{v['step']} {v['accuracy']:.1%}" for v in validations) or "none yet"))
+        lines += [f"    @{v['step']}: {validation_breakdown(run, v)}" for v in validations[-1:]]
+    log = work.root / "bench.log"
+    return lines + ([f"  log: {last_lines(log.read_text(), 3)}"] if log.is_file() else [])
+
+
+def validation_breakdown(run: RunDir, summary: dict) -> str:
+    """What a validation says about the warmed model's two skills: searching well (it read the
+    right email) and copying (right when it read it), and its tool format."""
+    details = read_jsonl(run.validation_details(int(summary["step"])))
+    read = [r for r in details if r.get("read_source")]
+    copied = sum(bool(r.get("correct")) for r in read)
+    return (f"read the right email {len(read)}/{len(details)}, then right {copied}/{len(read)}; "
+            f"wrong {summary.get('wrong_answer_rate', 0):.1%}, tool errors {summary.get('tool_error_rate', 0):.1%}, "
+            f"{summary.get('mean_turns', 0):.1f} turns")
+
+
+def lora_lines(work: Work) -> list[str]:
+    """Which steps changed each run's LoRA: every step of a seed should, none of the control's."""
+    lines = []
+    for spec in run_specs(["0"]):
+        run = work.for_run(spec.name)
+        changed = trained_steps(run, run.run.read_steps())
+        lines.append(f"{spec.name}: {len(run.run.read_steps())} steps, LoRA changed at {len(changed)} of them"
+                     + (" (learning rate 0: it must change at none)" if spec.name == CONTROL else ""))
+    return lines
+
+
+# -- the command line --------------------------------------------------------------------------------------
+
+
+def gpu_list(text: str) -> list[str]:
+    gpus = [item.strip() for item in text.split(",") if item.strip()]
+    if not 1 <= len(gpus) <= 2 or not all(g.isdigit() for g in gpus) or len(set(gpus)) != len(gpus):
+        raise argparse.ArgumentTypeError(f"invalid --gpus {text!r}: accepted one or two distinct GPU indices, "
+                                         "such as 0 or 0,1")
+    return gpus
+
+
+def minutes(text: str) -> float:
+    value = float(text)
+    if not 5 <= value <= 120:
+        raise argparse.ArgumentTypeError(f"invalid --minutes {text!r}: accepted 5 to 120")
+    return value
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=("plan", "start", "run", "status", "collect", "plot"))
+    parser.add_argument("json", nargs="?", type=Path, help="plot: the JSON to draw")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/learning-curve"), help="the bench's folder (kept)")
+    parser.add_argument("--gpus", type=gpu_list, default=None, help="one GPU (shared mode) or two (dedicated), by "
+                        "nvidia-smi index; default: the node's first two, or its one")
+    parser.add_argument("--minutes", type=minutes, default=20.0, help="the whole bench's time (default 20)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"also write the JSON and picture here (run/collect; default {RESULTS.relative_to(REPO)} "
+                             "for run, none for collect)")
+    parser.add_argument("--png", type=Path, default=None, help="plot: the picture to write (default: beside the JSON)")
+    parser.add_argument("--warmup_steps", type=positive, default=WARMUP_STEPS,
+                        help=f"the warm-up's steps of {WARMUP['batch_size']} conversations (default {WARMUP_STEPS})")
+    args = parser.parse_args(argv)
+    if args.command == "plot" and args.json is None:
+        parser.error("plot needs the JSON to draw: bench/learning_curve.py plot docs/results/learning_curve.json")
+    return args
+
+
+def default_gpus() -> list[str]:
+    return (node_gpus() or ["0"])[:2]
+
+
+def run_all(args: argparse.Namespace) -> int:
+    from tests.doubles.openai_server import OpenAIServer
+
+    began = time.time()
+    deadline = began + args.minutes * 60 - ESTIMATE["collect"] - SIGNAL_WAIT
+    args.work.mkdir(parents=True, exist_ok=True)
+    for line in plan_lines(args.gpus, args.minutes, args.warmup_steps):
+        say(line)
+    with OpenAIServer(string_match_verdict) as judge:
+        work = Work(args.work, judge.base_url)
+        for name, function in (("data", make_data), ("model", lambda w: make_model(w, args.warmup_steps)),
+                               ("scripted", scripted)):
+            stage(work, name)
+            for line in function(work):
+                say(f"  {line}")
+        stage(work, "runs")
+        for line in train_runs(work, args.gpus, deadline):
+            say(f"  {line}")
+    stage(work, "collect")
+    lines, met = collect(work, args.out or RESULTS, args.gpus)
+    for line in lines:
+        say(f"  {line}")
+    stage(work, f"done in {(time.time() - began) / 60:.1f} min")
+    return 0 if met else 1
+
+
+def start(args: argparse.Namespace, argv: list[str]) -> int:
+    """``run`` under setsid, its output in WORK/bench.log; returns at once."""
+    args.work.mkdir(parents=True, exist_ok=True)
+    log = args.work / "bench.log"
+    rest = [arg for arg in argv if arg != "start"]
+    with log.open("w") as out:
+        process = subprocess.Popen([PYTHON, str(Path(__file__).resolve()), "run", *rest], cwd=REPO, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    say(f"started (pid {process.pid}), log {log}; poll: {PYTHON} bench/learning_curve.py status --work {args.work}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.command == "plot":
+        say(f"wrote {redraw(args.json, args.png or args.json.with_suffix('.png'))}")
+        return 0
+    args.gpus = args.gpus or default_gpus()
+    work = Work(args.work)
+    if args.command == "collect":
+        lines, met = collect(work, args.out, args.gpus)
+        for line in lines:
+            say(line)
+        return 0 if met else 1
+    commands = {"plan": lambda: plan_lines(args.gpus, args.minutes, args.warmup_steps),
+                "status": lambda: status_lines(work, args.gpus)}
+    if args.command in commands:
+        for line in commands[args.command]():
+            say(line)
+        return 0
+    return start(args, argv) if args.command == "start" else run_all(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""The run's ledger (``ledger.jsonl``): its vocabulary, written and read here and nowhere else.
+
+Each kind of event is one frozen dataclass with its fields (docs/design.md, "Ledger records"):
+``Submit``, ``Chain``, ``JobStart``, ``JobEnd``, ``Requeue``, ``Successor``, ``Resubmit``,
+``Cancelled``, ``Done``, ``Failed``. ``append`` writes one as the JSON line runs on clusters
+already have (``event`` and ``time`` first; a field listed in a kind's ``OMITTED`` only when
+set); ``read`` gives them back typed, oldest first. Lines are read as every record of a run
+directory is (hpc/run/rundir.py, hpc/run/fields.py), with the fields of their event's class: a
+line that is not an object, has a field of the wrong kind, or is a job record without its job
+id is skipped and named in ``RunDir.unreadable``; a torn last line (a crash mid-write) is
+dropped, and a line of an event this code does not know (a newer release's) is left out
+quietly. So the ledger survives requeues, lost nodes and older and newer versions of this code,
+and a corrupt line costs that line only. What the records say together (the jobs a run has had,
+its continuations, its newest launch) is here too, once. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, ClassVar, TypeVar, get_args, get_origin, get_type_hints
+
+from hpc.run import fields as kinds
+from hpc.run.fields import Fields, Kind, parse_time, problem
+from hpc.run.rundir import RunDir, append_jsonl, parse_lines, read_bytes, utc_now
+
+
+class Outcome(StrEnum):
+    """How a job's workload ended (``JobEnd.outcome``)."""
+
+    STOPPED = "stopped_for_time"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+class By(StrEnum):
+    """Who continued a run: ``Requeue.by`` (its end hook, or Slurm itself), ``Resubmit.by`` (the successor)."""
+
+    JOB = "job"
+    SLURM = "slurm"
+    SUCCESSOR = "successor"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """What every record has: its kind (``event``) and when it was written (ISO-8601 UTC)."""
+
+    EVENT: ClassVar[str] = ""
+    OMITTED: ClassVar[frozenset[str]] = frozenset()  # fields written only when not None
+    time: str = field(default_factory=utc_now)
+
+    @property
+    def moment(self) -> datetime | None:
+        return parse_time(self.time)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRecord(Record):
+    """A record about one Slurm job."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launched(JobRecord):
+    """What the launcher records of a job it submitted (a pack job's: ``pack``, ``pack_script``, ``pack_runs``)."""
+
+    OMITTED = frozenset({"pack", "pack_script", "pack_runs"})
+    cluster: str | None = None
+    script: str | None = None
+    git_commit: str | None = None
+    argv: list[str] = field(default_factory=list)  # secret values as ***
+    log_out: str | None = None
+    log_err: str | None = None
+    pack: str | None = None
+    pack_script: str | None = None
+    pack_runs: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Submit(Launched):
+    """The launcher submitted a job: a launch (a run's newest launch starts a fresh failure count)."""
+
+    EVENT = "submit"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Chain(Launched):
+    """The launcher pre-submitted a job to follow ``after`` (``--chain N``)."""
+
+    EVENT = "chain"
+    after: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobStart(JobRecord):
+    """A job's begin hook: the step it starts from, its restarts, where its part of the .err log begins."""
+
+    EVENT = "job_start"
+    OMITTED = frozenset({"pack_runs"})
+    step: int | None = None
+    restart_count: int = 0
+    err_offset: int = 0
+    pack_runs: int | None = None  # runs sharing the job (a pack job): accounting charges each its part
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobEnd(JobRecord):
+    """How a job's workload ended; a job lost without its end hook is closed by the next begin
+    (``exit_code`` None, a ``note`` and the ``slurm_state`` accounting gives it)."""
+
+    EVENT = "job_end"
+    OMITTED = frozenset({"error", "note", "slurm_state"})
+    exit_code: int | None = None
+    step: int | None = None
+    outcome: str = Outcome.FAILED
+    error: str | None = None  # a failed job's error line
+    note: str | None = None
+    slurm_state: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Requeue(JobRecord):
+    """The job was requeued, ``by`` its end hook (``job``) or by Slurm itself (``slurm``)."""
+
+    EVENT = "requeue"
+    by: str = By.JOB
+
+
+@dataclass(frozen=True, kw_only=True)
+class Successor(JobRecord):
+    """A starting job (``after``) queued ``job_id`` to follow it, whatever ends it."""
+
+    EVENT = "successor"
+    after: str = ""
+    script: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resubmit(JobRecord):
+    """The run continues in ``job_id`` after ``after``: a follow-up submitted at the end (``script``),
+    or the successor queued at the start (``by``: ``successor``)."""
+
+    EVENT = "resubmit"
+    OMITTED = frozenset({"script", "by"})
+    after: str = ""
+    script: str | None = None
+    by: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cancelled(JobRecord):
+    """A user cancelled the job: the run is not continued (a launch resumes it)."""
+
+    EVENT = "cancelled"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Done(Record):
+    """Training finished."""
+
+    EVENT = "done"
+    step: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failed(Record):
+    """The run was given up; ``error`` quotes the failed job's error line."""
+
+    EVENT = "failed"
+    OMITTED = frozenset({"error"})
+    reason: str = ""
+    log_tail: str | None = None
+    error: str | None = None
+
+
+KINDS: dict[str, type[Record]] = {kind.EVENT: kind for kind in (
+    Submit, Chain, JobStart, JobEnd, Requeue, Successor, Resubmit, Cancelled, Done, Failed)}
+R = TypeVar("R", bound=Record)
+
+
+# -- the file ---------------------------------------------------------------------------------------------
+
+
+def to_json(record: Record) -> dict[str, Any]:
+    """The record as its line in ledger.jsonl (a record read from a line without a time, without one)."""
+    fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.name != "time"}
+    kept = {name: value for name, value in fields.items() if value is not None or name not in record.OMITTED}
+    return {"event": record.EVENT, **({"time": record.time} if record.time else {}), **kept}
+
+
+# A ledger line's fields as hpc/run/fields.py checks them: by their class's types, with these kinds.
+JOB_ID = Kind(lambda value: kinds.JOB.accepts(value) and value != "", "a job id")
+TEXTS = Kind(lambda value: isinstance(value, list) and all(isinstance(v, str) for v in value), "a list of text")
+BY_NAME = {"time": kinds.MOMENT, "job_id": JOB_ID}
+BY_TYPE = {str: kinds.TEXT, int: kinds.WHOLE}
+EVENT: Fields = {"event": kinds.required(kinds.TEXT)}
+
+
+def fields_of(kind: type[Record]) -> Fields:
+    """A record class's fields: a ``X | None`` one may be null, one without a default (the job id)
+    is required."""
+    hints, found = get_type_hints(kind), {}
+    for f in dataclasses.fields(kind):
+        options = get_args(hints[f.name]) if isinstance(hints[f.name], types.UnionType) else (hints[f.name],)
+        base = next(option for option in options if option is not type(None))
+        checked = BY_NAME.get(f.name) or (TEXTS if get_origin(base) is list else BY_TYPE[base])
+        needed = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        found[f.name] = (checked.or_null() if type(None) in options else checked, needed)
+    return found
+
+
+FIELDS: dict[str, Fields] = {event: fields_of(kind) for event, kind in KINDS.items()}
+
+
+def problem_of(data: dict[str, Any]) -> str | None:
+    """Why a ledger line is no record of its event (one line, fields.py's rule), or None; a line of an
+    event this code does not know passes here and ``from_json`` leaves it out."""
+    return problem(data, EVENT) or (problem(data, FIELDS[data["event"]]) if data["event"] in FIELDS else None)
+
+
+def from_json(data: Any) -> Record | None:
+    """The typed record of one line; None for a line that is no record this code knows. A job id
+    written as a number is its text."""
+    if not isinstance(data, dict) or problem_of(data) is not None or data["event"] not in KINDS:
+        return None
+    values = {"time": "", **{name: data[name] for name in FIELDS[data["event"]] if name in data}}
+    if "job_id" in values:
+        values["job_id"] = str(values["job_id"])
+    return KINDS[data["event"]](**values)
+
+
+def append(run: RunDir, record: Record) -> Record:
+    """Append one record: a single write() of one line, under the run's lock, never through a link."""
+    with run.locked():
+        append_jsonl(run.ledger, to_json(record), run.path)
+    return record
+
+
+def read(run: RunDir) -> list[Record]:
+    """Every record, oldest first; a line that is none is skipped (see the module's docstring). A
+    ledger that cannot be read at all (a folder or a link where the file should be) raises OSError:
+    the job's hooks decide nothing on a ledger they could not read."""
+    try:
+        data = read_bytes(run.ledger, run.path)
+    except FileNotFoundError:
+        return []
+    return parse(parse_lines(data, problem_of, run.teller(run.ledger)))
+
+
+def readable(run: RunDir) -> list[Record]:
+    """``read``, with a ledger that cannot be read at all as none, named in ``run.unreadable``: the
+    views over many runs show the others."""
+    try:
+        return read(run)
+    except OSError as error:
+        run.skip_file(run.ledger, error)
+        return []
+
+
+def parse(lines: Iterable[Any]) -> list[Record]:
+    return [record for record in map(from_json, lines) if record is not None]
+
+
+# -- what the records say together --------------------------------------------------------------------------
+
+
+def of_kind(records: Iterable[Record], kind: type[R]) -> list[R]:
+    """The records of one kind."""
+    return [r for r in records if isinstance(r, kind)]
+
+
+def job_ids(records: Iterable[Record]) -> list[str]:
+    """Every job the ledger names, in the order it last names them: the job that did something
+    last comes last (a chain's pre-submitted jobs before the one that started after them)."""
+    ids: dict[str, None] = {}
+    for record in records:
+        if isinstance(record, JobRecord):
+            ids.pop(record.job_id, None)
+            ids[record.job_id] = None
+    return list(ids)
+
+
+def continuations(records: Iterable[Record]) -> int:
+    """Continuations so far = requeue + resubmit records (docs/design.md)."""
+    return sum(1 for r in records if isinstance(r, (Requeue, Resubmit)))
+
+
+def since_launch(records: list[Record]) -> list[Record]:
+    """The records from the newest launch (``submit``) on: what this launch's jobs did."""
+    launches = [k for k, record in enumerate(records) if isinstance(record, Submit)]
+    return records[launches[-1]:] if launches else records
+
+
+def cancelled_since_launch(records: Iterable[Record]) -> bool:
+    """The newest of the launch (``submit``) and ``cancelled`` records is a ``cancelled``."""
+    marks = [r for r in records if isinstance(r, (Submit, Cancelled))]
+    return bool(marks) and isinstance(marks[-1], Cancelled)
+
+
+def latest_launch(records: Iterable[Record]) -> Submit | None:
+    return next((r for r in reversed(list(records)) if isinstance(r, Submit)), None)
+
+
+def cluster_of(records: Iterable[Record]) -> str | None:
+    """The cluster of the run's latest launch (submit and chain records name it)."""
+    return next((r.cluster for r in reversed(list(records)) if isinstance(r, Launched) and r.cluster), None)

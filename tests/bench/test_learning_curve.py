@@ -1,0 +1,223 @@
+"""bench/learning_curve.py on CPU: its plan, its results (the issue's JSON schema, Wilson intervals,
+the targets, the picture), and its runs stage driving trainer.train with the learning_curve config on
+synthetic inboxes, with the backend double and a scripted agent in place of the GPU."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from bench import learning_curve as bench
+from bench.gpu_proof_kit import Work, string_match_verdict
+from bench.learning_curve_results import heldout_points, plot, redraw, results, verdicts, wilson, write_json
+from hpc.run.rundir import RunDir
+from tests.doubles.openai_server import OpenAIServer, Reply, tool_call
+from trainer.agent.scenarios import load_scenarios
+from trainer.staging.synthetic_inbox import search_plan
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- results ---------------------------------------------------------------------------------------------
+
+
+def record(run: RunDir, step: int, correct: int, n: int) -> None:
+    """A validation as the trainer records it (trainer.evaluation.engine's summary and per-question records)."""
+    from trainer.evaluation.engine import QuestionResult, records, summarize
+
+    results = [QuestionResult(id=i, question="q", expected="12345", answer="12345" if i < correct else "54321",
+                              correct=i < correct, i_dont_know=False, sources=[], found_source=True,
+                              read_source=i < correct, turns=3, latency_s=0.1, prompt_tokens=900,
+                              completion_tokens=90, reward=1.4 if i < correct else -0.8, tool_error=False,
+                              judge_failed=False) for i in range(n)]
+    run.record_validation({"step": step, **summarize(results)}, records(results))
+
+
+def curve(root: Path, name: str, points: list[tuple[int, int]], n: int = 300) -> RunDir:
+    run = RunDir(root / name)
+    for step, correct in points:
+        record(run, step, correct, n)
+    return run
+
+
+def test_the_json_has_the_issues_schema_with_each_validation_counted_from_its_questions(tmp_path: Path) -> None:
+    seeds = {1: curve(tmp_path, "seed1", [(0, 75), (4, 150), (8, 240)]), 2: curve(tmp_path, "seed2", [(0, 80)])}
+    data = results("1 x NVIDIA H100 80GB HBM3", "made model", "2026-11-27", seeds, curve(tmp_path, "control", [(0, 77)]))
+    assert data == {"device": "1 x NVIDIA H100 80GB HBM3", "model": "made model", "date": "2026-11-27",
+                    "runs": [{"seed": 1, "heldout": [{"step": 0, "correct": 75, "n": 300},
+                                                    {"step": 4, "correct": 150, "n": 300},
+                                                    {"step": 8, "correct": 240, "n": 300}]},
+                             {"seed": 2, "heldout": [{"step": 0, "correct": 80, "n": 300}]}],
+                    "control": {"heldout": [{"step": 0, "correct": 77, "n": 300}]}}
+    written = write_json(data, tmp_path / "out" / "learning_curve.json")
+    assert json.loads(written.read_text()) == data
+
+
+def test_a_validation_without_its_question_records_is_counted_from_its_summary(tmp_path: Path) -> None:
+    run = curve(tmp_path, "run", [(0, 77)])
+    run.validation_details(0).unlink()
+    assert heldout_points(run) == [{"step": 0, "correct": 77, "n": 300}]
+
+
+def test_wilson_intervals_are_the_textbook_ones() -> None:
+    low, high = wilson(50, 100)
+    assert (round(low, 4), round(high, 4)) == (0.4038, 0.5962)
+    assert wilson(0, 300)[0] == pytest.approx(0.0, abs=1e-12) and round(wilson(0, 300)[1], 4) == 0.0126
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+def points(*pairs: tuple[int, int], n: int = 300) -> list[dict[str, int]]:
+    return [{"step": step, "correct": correct, "n": n} for step, correct in pairs]
+
+
+def test_the_targets_are_met_only_by_a_rise_of_20_points_with_intervals_apart_and_a_flat_control() -> None:
+    data = {"runs": [{"seed": 1, "heldout": points((0, 75), (20, 240))},
+                     {"seed": 2, "heldout": points((0, 75), (20, 136))},  # +20.3 points, intervals overlap at n=300?
+                     {"seed": 3, "heldout": points((0, 75))}],
+            "control": {"heldout": points((0, 75), (20, 92))}}
+    seed1, seed2, seed3, control = verdicts(data)
+    assert seed1.met and "+55.0%" in seed1.line() and "apart" in seed1.line()
+    assert not seed3.met and "no first and last point" in seed3.measured
+    assert not control.met and "+5.7%" in control.line()  # 5.7 points: not under 5
+    assert seed2.met == (wilson(75, 300)[1] < wilson(136, 300)[0])
+    flat = verdicts({"runs": [], "control": {"heldout": points((0, 75), (20, 80))}})[0]
+    assert flat.met and flat.line().startswith("met")
+
+
+def test_a_rise_whose_intervals_overlap_misses_the_target_even_at_20_points() -> None:
+    (verdict, _) = verdicts({"runs": [{"seed": 1, "heldout": points((0, 20), (8, 30), n=50)}],
+                             "control": {"heldout": []}})
+    assert not verdict.met and "+20.0%" in verdict.measured and "overlap" in verdict.measured
+    (exact, _) = verdicts({"runs": [{"seed": 1, "heldout": points((0, 40), (8, 60), n=100)}], "control": {"heldout": []}})
+    assert exact.met and "apart" in exact.measured  # 20 points exactly, counted without rounding error
+
+
+def test_the_picture_is_drawn_from_the_json_alone(tmp_path: Path) -> None:
+    data = {"device": "1 x NVIDIA H100 80GB HBM3", "model": "made model", "date": "2026-11-27",
+            "runs": [{"seed": 1, "heldout": points((0, 75), (4, 150), (8, 240))},
+                     {"seed": 2, "heldout": points((0, 80), (4, 170), (8, 230))}],
+            "control": {"heldout": points((0, 77), (4, 74), (8, 79))}}
+    png = plot(data, tmp_path / "a" / "learning_curve.png")
+    json_path = write_json(data, tmp_path / "b" / "learning_curve.json")
+    result = subprocess.run([sys.executable, "bench/learning_curve.py", "plot", str(json_path)], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    redrawn = json_path.with_suffix(".png")
+    assert png.read_bytes()[:8] == redrawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert redraw(json_path, tmp_path / "c.png").stat().st_size > 10_000
+
+
+# -- the plan and the command line ---------------------------------------------------------------------------
+
+
+def test_the_plan_names_every_run_its_gpus_and_an_estimate_within_the_budget() -> None:
+    result = subprocess.run([sys.executable, "bench/learning_curve.py", "plan", "--gpus", "0", "--minutes", "20"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "gpu_mode shared" in out and "seed1 (seed 1, CUDA_VISIBLE_DEVICES=0)" in out
+    assert "control (seed 1, lr 0, CUDA_VISIBLE_DEVICES=0)" in out and "at step 0 and every 4" in out
+    total = float(re.search(r"expected total ~([\d.]+) min of 20", out).group(1))
+    assert 10 < total <= 20
+
+
+def test_on_two_gpus_each_run_trains_on_one_and_samples_from_the_other() -> None:
+    specs = bench.run_specs(["2", "3"])
+    assert [(s.name, s.devices) for s in specs] == [("seed1", "2,3"), ("seed2", "3,2"), ("control", "2,3")]
+    assert [s.learning_rate for s in specs] == [None, None, 0.0] and len({s.port for s in specs}) == 3
+    assert specs[2].overrides(Path("/m"), "dedicated") == ["base_model=/m", "seed=1", "gpu_mode=dedicated",
+                                                           "learning_rate=0.0"]
+
+
+@pytest.mark.parametrize("args, expected", [(["--gpus", "0,1,2"], "invalid --gpus"), (["--gpus", "0,0"], "invalid --gpus"),
+                                            (["--minutes", "1"], "invalid --minutes"), (["plot"], "plot needs the JSON")])
+def test_bad_arguments_are_one_line_errors_with_exit_2(args: list[str], expected: str) -> None:
+    command = args if args == ["plot"] else ["plan", *args]
+    result = subprocess.run([sys.executable, "bench/learning_curve.py", *command], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2 and expected in result.stderr.strip().splitlines()[-1]
+
+
+def test_status_before_any_bench_says_so(tmp_path: Path) -> None:
+    assert bench.status_lines(Work(tmp_path), ["0"]) == [f"no bench in {tmp_path} yet"]
+
+
+# -- the runs stage on CPU -------------------------------------------------------------------------------------
+
+
+def searches_well(question: str) -> bool:
+    """The scripted agent's choice: the good search for entities from A to L, the weak one after."""
+    return search_plan(question).good[0] < "M"
+
+
+def inbox_agent() -> Callable[[dict[str, Any]], Reply]:
+    """A scripted agent playing the warm-up's two searches (``searches_well`` picks), reading the
+    first result and answering its number; the judge's requests get the bench's string match."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if "tools" not in body:
+            return string_match_verdict(body)
+        last = body["messages"][-1]
+        if last["role"] == "user":
+            plan = search_plan(last["content"])
+            return tool_call("search_emails", {"keywords": plan.good if searches_well(last["content"]) else plan.weak})
+        found = json.loads(last["content"])
+        if isinstance(found, list):
+            return tool_call("read_email", {"message_id": found[0]["message_id"]})
+        number = re.search(r"\b\d{5}\b", found["body"]).group()
+        return tool_call("return_final_answer", {"answer": number, "sources": [found["message_id"]]})
+
+    return respond
+
+
+CPU_OVERRIDES = ("backend=tests.doubles.art_backend:FakeBackend", "training_dataset_size=4", "groups_per_step=2",
+                 "trajectories_per_group=2", "val_set_size=8", "eval_steps=1", "preflight_min_free_gb=0")
+
+
+def test_the_runs_stage_validates_each_run_at_step_0_and_every_eval_steps_and_collects_the_json(
+        tmp_path: Path, inbox_data_dir: Path) -> None:
+    with OpenAIServer(inbox_agent()) as server:
+        work = Work(tmp_path, server.base_url, devices="")
+        work.data.parent.mkdir(parents=True, exist_ok=True)
+        work.data.symlink_to(inbox_data_dir)
+        bench.stage(work, "runs")
+        lines = bench.train_runs(work, ["0"], time.time() + 600, CPU_OVERRIDES, ART_FAKE_INFERENCE_URL=server.base_url)
+    assert all(" exit 0 " in line for line in lines), lines
+    written, met = bench.collect(work, tmp_path / "out", ["0"])
+    data = json.loads((tmp_path / "out" / "learning_curve.json").read_text())
+    assert set(data) == {"device", "model", "date", "runs", "control"} and [r["seed"] for r in data["runs"]] == [1, 2]
+    right = sum(searches_well(s.question) for s in load_scenarios(inbox_data_dir, "test", limit=8, shuffle=False))
+    assert 0 < right < 8
+    for heldout in [run["heldout"] for run in data["runs"]] + [data["control"]["heldout"]]:
+        assert heldout == [{"step": step, "correct": right, "n": 8} for step in (0, 1, 2)]
+    assert (tmp_path / "out" / "learning_curve.png").is_file() and not met  # nothing learned: a flat scripted agent
+    assert "control: 2 steps, LoRA changed at" in "\n".join(written)  # the backend double writes a new one each step
+    assert "seed1: 2 steps" in "\n".join(bench.status_lines(work, ["0"]))
+
+
+def test_hpc_report_draws_the_held_out_curve_of_a_bench_run(tmp_path: Path) -> None:
+    from hpc.run.report import write_report
+
+    run = curve(tmp_path, "seed1", [(0, 75), (4, 150), (8, 240)])
+    for step in range(1, 9):
+        run.append_step({"step": step, "seconds": 20.0, "reward_mean": -0.5 + step / 8, "reward_spread": 0.9})
+    report = write_report(run).read_text()
+    assert (run.report_dir / "training.png").is_file() and "![training reward and validation accuracy]" in report
+    assert "| 8 | 80.0% |" in report
+
+
+def test_the_data_and_scripted_stages_stage_the_inboxes_and_measure_the_warm_ups_policy(tmp_path: Path) -> None:
+    work = Work(tmp_path)
+    staged = "\n".join(bench.make_data(work))
+    assert f"{bench.TRAIN_INBOXES} train and {bench.HELDOUT_INBOXES} held-out inboxes; 0 held-out" in staged
+    assert "3,600 train, 600 test questions" in staged
+    (line,) = bench.scripted(work)
+    assert line == ("scripted policy on 600 questions with the real tools: good search 100.0% right, weak search "
+                    "0.0% right, the warm-up's mix (25% good) 25.0% right on average")
