@@ -41,9 +41,9 @@ def test_a_run_without_job_scripts_shows_the_checkpoint_of_the_model_dir_it_clai
     (folder / ck.ADAPTER_WEIGHTS).write_bytes(safetensors_bytes(5))
     run = RunDir(tmp_path / "runs" / "seed1")  # bench/learning_curve.py's: trainer.train, no Slurm job
     run.path.mkdir(parents=True)
-    assert runs.checkpoint_text([], run) == "-"
+    assert runs.checkpoint_text(run) == "-"
     run.write_model_record({"model_dir": str(model)})
-    assert runs.checkpoint_text([], run) == "5"
+    assert runs.checkpoint_text(run) == "5"
 
 
 def test_a_run_shows_its_running_job_rather_than_newer_chained_ones():
