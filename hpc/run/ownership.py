@@ -58,12 +58,9 @@ def same_path(a: str | Path, b: str | Path) -> bool:
 def model_dir_of(run: RunDir) -> Path | None:
     """The model folder ``run`` owns (its model.json), None before its first launch or when the
     record is unreadable (status.sh's checkpoint column)."""
-    try:
-        record = run.read_model_record()
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    folder = record.get("model_dir") if isinstance(record, dict) else None
-    return Path(folder) if isinstance(folder, str) and folder else None
+    record = run.read_model_record()  # one that is not an object with a model_dir: skipped and named
+    folder = record["model_dir"] if record is not None else None
+    return Path(folder) if folder else None
 
 
 def check(run: RunDir, model_dir: Path) -> Claim:

@@ -49,9 +49,6 @@ def run_dirs(runs_dir: Path, only: str = "") -> list[RunDir]:
 
 
 def read_marker(read: Callable[[], Optional[dict]]) -> dict:
-    """progress.json / done.json / failed.json as a dict ({} when missing or odd)."""
-    try:
-        data = read()
-    except (OSError, UnicodeDecodeError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    """progress.json / done.json / failed.json as a dict ({} when missing; one that is unreadable
+    or not what its file holds the run's reader skipped and named: hpc/run/rundir.py)."""
+    return read() or {}
