@@ -256,7 +256,7 @@ def made_shape(model: Path) -> "ModelShape":
 
     config = json.loads((model / "config.json").read_text())
     return ModelShape("made", parameter_count(model) / 1e9, config["num_hidden_layers"], config["num_key_value_heads"],
-                      config["head_dim"], config["hidden_size"])
+                      config["head_dim"], config["hidden_size"], config["vocab_size"])
 
 
 def memory_estimate(work: Work, gpu_mode: str, gpu: str) -> str:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -64,9 +65,13 @@ TRAIN_INBOXES, HELDOUT_INBOXES = 600, 100
 WARMUP = {"batch_size": 16, "learning_rate": 2e-3}
 WARMUP_STEPS = 2000  # --warmup_steps: 32,000 draws from 7,200 distinct conversations
 RESULTS = REPO / "docs" / "results"
-# Planning figures, from the GPU proof on an H100 (docs/training.md): seconds
-ESTIMATE = {"data": 15, "model": 180, "scripted": 5, "register": 150, "validation": 30,
+# Planning figures in seconds (docs/training.md). Measured on an H100, 2026-11-27, by this bench: the data
+# 10 s; make-model and the warm-up's 2000 steps 100 s; three runs registering at once on the one GPU 292 s
+# (one alone: 105 s). From the GPU proof's H100 run: a shared step 27 s; from an H200: a dedicated step 6 s.
+# Not yet measured: a validation of the held-out questions.
+ESTIMATE = {"data": 15, "model": 110, "scripted": 5, "register": 300, "validation": 30,
             "step_shared": 27.0, "step_dedicated": 6.0, "collect": 10}
+MIN_POINTS = 2  # a curve needs a first and a last held-out point
 SIGNAL_WAIT = 120  # after the deadline: SIGUSR1, then this long for the step being trained to be saved
 BOUNDARY_MARGIN = 30  # the config's boundary_margin_seconds: the trainer's last step ends this long before
 
@@ -109,20 +114,68 @@ def config_values() -> dict:
     return load_config(CONFIG).__dict__
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What the bench expects to fit in ``minutes``, at the ESTIMATE figures."""
+
+    gpus: list[str]
+    minutes: float
+    step: float  # seconds a step, in this GPU mode
+    before: float  # seconds before the runs' first validation can start
+    per_block: float  # eval_steps steps and the validation after them
+    total_steps: int  # what the config would train with no deadline
+    eval_steps: int
+
+    @property
+    def budget(self) -> float:
+        """Seconds the runs get once registered (as run_all's deadline leaves them)."""
+        return self.minutes * 60 - ESTIMATE["collect"] - SIGNAL_WAIT - BOUNDARY_MARGIN - self.before
+
+    @property
+    def blocks(self) -> int:
+        return max(0, int((self.budget - ESTIMATE["validation"]) // self.per_block))
+
+    @property
+    def steps(self) -> int:
+        return min(self.total_steps, self.blocks * self.eval_steps)
+
+    @property
+    def validations(self) -> list[int]:
+        """The steps validated before the deadline: step 0 only where its validation fits."""
+        return list(range(0, self.steps + 1, self.eval_steps)) if self.budget >= ESTIMATE["validation"] else []
+
+    def minutes_for(self, points: int) -> float:
+        """The least ``--minutes`` in which ``points`` validations fit."""
+        need = self.before + ESTIMATE["collect"] + SIGNAL_WAIT + BOUNDARY_MARGIN + ESTIMATE["validation"]
+        return (need + (points - 1) * self.per_block) / 60
+
+
+def plan_of(gpus: list[str], minutes: float) -> Plan:
+    config = config_values()
+    step = ESTIMATE["step_shared" if gpu_mode(gpus) == "shared" else "step_dedicated"]
+    before = ESTIMATE["data"] + ESTIMATE["model"] + ESTIMATE["scripted"] + ESTIMATE["register"]
+    total = config["training_dataset_size"] // config["groups_per_step"] * config["num_epochs"]
+    return Plan(gpus, minutes, step, before, config["eval_steps"] * step + ESTIMATE["validation"], total,
+                config["eval_steps"])
+
+
+def too_short(plan: Plan) -> str | None:
+    """Why ``--minutes`` can draw no curve, or None: a run with fewer than MIN_POINTS held-out points
+    measures nothing the issue asks (seen: --minutes 9 on an H100 ended before any validation)."""
+    if len(plan.validations) >= MIN_POINTS:
+        return None
+    return (f"--minutes {plan.minutes:g} leaves room for {len(plan.validations)} held-out validation(s) at the "
+            f"planned speeds (bench/learning_curve.py plan); a curve needs {MIN_POINTS}: give --minutes "
+            f"{math.ceil(plan.minutes_for(MIN_POINTS))} or more")
+
+
 def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS) -> list[str]:
     """What the bench will do and how long each part is expected to take (``plan``, and the log's head)."""
     config = config_values()
-    mode = gpu_mode(gpus)
-    step = ESTIMATE["step_shared" if mode == "shared" else "step_dedicated"]
-    before = ESTIMATE["data"] + ESTIMATE["model"] + ESTIMATE["scripted"] + ESTIMATE["register"]
-    budget = minutes * 60 - ESTIMATE["collect"] - SIGNAL_WAIT - BOUNDARY_MARGIN - before  # as run_all's deadline
-    per_block = config["eval_steps"] * step + ESTIMATE["validation"]
-    total = config["training_dataset_size"] // config["groups_per_step"] * config["num_epochs"]
-    blocks = max(0, int((budget - ESTIMATE["validation"]) // per_block))
-    steps = min(total, blocks * config["eval_steps"])
+    plan = plan_of(gpus, minutes)
     runs = run_specs(gpus)
     return [
-        f"plan: {len(gpus)} GPU(s) ({','.join(gpus)}), gpu_mode {mode}, budget {minutes:g} min",
+        f"plan: {len(gpus)} GPU(s) ({','.join(gpus)}), gpu_mode {gpu_mode(gpus)}, budget {minutes:g} min",
         f"  data      make-inboxes ({TRAIN_INBOXES} train, {HELDOUT_INBOXES} held-out inboxes, seed {DATA_SEED}) "
         f"+ prepare: ~{ESTIMATE['data']} s",
         f"  model     make-model --size inbox, warm-up {warmup_steps} steps of {WARMUP['batch_size']} "
@@ -131,15 +184,14 @@ def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS
         "  runs      " + "; ".join(f"{r.name} (seed {r.seed}{', lr 0' if r.learning_rate == 0 else ''}, "
                                     f"CUDA_VISIBLE_DEVICES={r.devices})" for r in runs) + ", all at once",
         f"            config {CONFIG}: lr {config['learning_rate']:g}, {config['groups_per_step']} groups x "
-        f"{config['trajectories_per_group']} rollouts a step, {total} steps, validation on {config['val_set_size']} "
-        f"held-out questions at step 0 and every {config['eval_steps']}",
-        f"            register ~{ESTIMATE['register']} s, a step ~{step:g} s, a validation ~{ESTIMATE['validation']} s "
-        f"(the GPU proof's H100 figures)",
-        f"            expected before the deadline: ~{steps} steps, validations at "
-        f"{list(range(0, steps + 1, config['eval_steps']))}",
+        f"{config['trajectories_per_group']} rollouts a step, {plan.total_steps} steps, validation on "
+        f"{config['val_set_size']} held-out questions at step 0 and every {config['eval_steps']}",
+        f"            register ~{ESTIMATE['register']} s (three at once), a step ~{plan.step:g} s, a validation "
+        f"~{ESTIMATE['validation']} s",
+        f"            expected before the deadline: ~{plan.steps} steps, validations at {plan.validations}",
         f"  collect   {RESULTS.relative_to(REPO)}/learning_curve.json and .png: ~{ESTIMATE['collect']} s",
-        f"expected total ~{(before + ESTIMATE['validation'] + blocks * per_block + ESTIMATE['collect']) / 60:.1f} min "
-        f"of {minutes:g}",
+        f"expected total ~{(plan.before + ESTIMATE['validation'] + plan.blocks * plan.per_block + ESTIMATE['collect']) / 60:.1f} "
+        f"min of {minutes:g}",
     ]
 
 
@@ -384,6 +436,10 @@ def main(argv: list[str] | None = None) -> int:
         for line in commands[args.command]():
             say(line)
         return 0
+    problem = too_short(plan_of(args.gpus, args.minutes))
+    if problem is not None:
+        print(f"learning_curve.py: error: {problem}", file=sys.stderr)
+        return 2
     return start(args, argv) if args.command == "start" else run_all(args)
 
 

@@ -143,7 +143,11 @@ def plot(data: dict[str, Any], path: Path) -> Path:
     axis.set_ylabel(f"held-out accuracy (%), {n} questions never trained on")
     axis.set_ylim(0, 100)
     axis.grid(alpha=0.3)
-    axis.legend(loc="upper left", fontsize=9)
+    if n:
+        axis.legend(loc="upper left", fontsize=9)
+    else:  # a bench stopped before its first validation: say so, not an empty legend
+        axis.text(0.5, 0.5, "no held-out validation was measured", transform=axis.transAxes, ha="center",
+                  va="center", fontsize=12, color="tab:red")
     axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     title = [f"Held-out accuracy against training step (95% Wilson intervals), {data['date']}", data["device"],
              *textwrap.wrap(data["model"], 110)]

@@ -13,9 +13,14 @@ What ART's LocalBackend puts on a GPU (sizes in GiB; ``G`` is one GPU):
   share ``gpu_memory_utilization x G``.
 - Unsloth keeps the base model at 4 bit (about 0.55 bytes a parameter with
   scales and the bf16 embeddings; 2 bytes in bf16 with ``load_in_4bit: false``)
-  plus the LoRA and its optimizer state resident,
-  and while training adds activations (offloaded checkpoints, chunked logprobs:
-  a few bytes per token and hidden unit).
+  plus the LoRA and its optimizer state resident, and while training adds, for
+  each of the ``TRAIN_ROWS`` rows of ``max_seq_length`` tokens it trains on at once
+  (ART's per_device_train_batch_size): the log-softmax over the whole vocabulary
+  in fp32, which ART computes chunk by chunk but keeps for the backward pass (4
+  bytes a token and vocabulary entry), a bf16 attention bias of sequence x sequence,
+  and the checkpointed activations (a few bytes a token and hidden unit). On a lent
+  H200 (2026-11-27) agent_008's 14B training process held 48.6 GiB while it trained
+  rows of 32768 tokens, which the old hidden-size term (10.8 GiB in all) missed.
 - ``gpu_mode: shared`` (ART's default): both on one GPU. vLLM sleeps while
   Unsloth trains, but Unsloth's weights stay while vLLM serves, so they must fit
   beside vLLM's share. ``dedicated``: vLLM on one GPU, Unsloth on another.
@@ -41,7 +46,10 @@ VLLM_OVERHEAD_GIB = 2.0  # CUDA graphs, activations, LoRA slots
 QUANT_BYTES_PER_PARAM = 0.55  # NF4 weights + scales + bf16 embeddings, averaged
 BF16_BYTES_PER_PARAM = 2.0  # the training copy with load_in_4bit: false
 LORA_AND_OPTIMIZER_GIB = 1.0
-ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 8  # checkpointed, offloaded activations and logprob chunks
+ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 8  # checkpointed, offloaded activations
+TRAIN_ROWS = 2  # sequences trained on at once: ART's per_device_train_batch_size (art/dev/get_model_config.py)
+LOGPROB_BYTES_PER_TOKEN_VOCAB = 4  # fp32 log-softmax of every chunk, kept for backward (art/unsloth/train.py)
+ATTENTION_BIAS_BYTES = 2  # bf16, rows x sequence x sequence (art/unsloth/train.py's calculate_attn_bias)
 _SIZE_IN_NAME = re.compile(r"(\d+(?:\.\d+)?)[Bb](?![a-z])")
 
 
@@ -55,6 +63,7 @@ class ModelShape:
     kv_heads: int
     head_dim: int
     hidden: int
+    vocab: int  # vocab_size: the rows of the output layer ART's training takes the log-softmax over
     estimated: bool = False  # True when guessed from the size in the name
 
     def kv_gib_per_token(self) -> float:
@@ -110,7 +119,7 @@ def model_shape(base_model: str) -> ModelShape | None:
     ref = known_models()["Qwen/Qwen2.5-14B-Instruct"]
     scale = float(size.group(1)) / ref.params_b
     return ModelShape(base_model, float(size.group(1)), max(1, round(ref.layers * scale ** 0.5)), ref.kv_heads,
-                      ref.head_dim, ref.hidden, estimated=True)
+                      ref.head_dim, ref.hidden, ref.vocab, estimated=True)
 
 
 def estimate(shape: ModelShape, plan: Plan) -> Estimate:
@@ -118,12 +127,18 @@ def estimate(shape: ModelShape, plan: Plan) -> Estimate:
                  + VLLM_OVERHEAD_GIB)
     per_param = QUANT_BYTES_PER_PARAM if plan.load_in_4bit else BF16_BYTES_PER_PARAM
     resident = shape.params_b * 1e9 * per_param / GIB + LORA_AND_OPTIMIZER_GIB + CUDA_CONTEXT_GIB
-    peak = resident + plan.max_seq_length * shape.hidden * ACTIVATION_BYTES_PER_TOKEN_HIDDEN / GIB
+    peak = resident + training_activations_gib(shape, plan.max_seq_length)
     usable = plan.gpu_gib - CUDA_CONTEXT_GIB
     if plan.gpu_mode == "dedicated":
         return Estimate(vllm_need, plan.utilization * usable, resident, usable, peak, usable)
     beside_vllm = (1 - plan.utilization) * plan.gpu_gib
     return Estimate(vllm_need, plan.utilization * usable, resident, beside_vllm, peak, usable)
+
+
+def training_activations_gib(shape: ModelShape, seq: int) -> float:
+    """What a training step adds to the resident model, for TRAIN_ROWS rows of ``seq`` tokens."""
+    per_token = shape.vocab * LOGPROB_BYTES_PER_TOKEN_VOCAB + shape.hidden * ACTIVATION_BYTES_PER_TOKEN_HIDDEN
+    return TRAIN_ROWS * seq * (per_token + seq * ATTENTION_BIAS_BYTES) / GIB
 
 
 @dataclass(frozen=True)

@@ -37,17 +37,17 @@ def test_a_card_is_emulated_as_a_share_of_a_larger_one_and_never_of_a_smaller_on
 def test_the_launchers_decisions_for_agent_008_on_the_users_cards() -> None:
     a100 = launcher_decision(Card.of("lonestar6"))
     assert not a100.fits and a100.gpu_mode == "dedicated"
-    assert a100.first_way_overrides() == ["max_seq_length=29696"]
+    assert a100.first_way_overrides() == ["max_seq_length=22528"]
     assert launcher_decision(Card.of("vista")).fits and launcher_decision(Card.of("vista")).gpu_mode == "shared"
     assert launcher_decision(Card.of("local")).fits
     assert physical_decision(H100_GIB, 1).fits and physical_decision(H100_GIB, 1).gpu_mode == "shared"
-    assert launcher_decision(Card.of("lonestar6"), ["max_seq_length=29696"]).fits
+    assert launcher_decision(Card.of("lonestar6"), ["max_seq_length=22528"]).fits
 
 
 SERVING = "import sys; from tests.doubles.fake_art_runtime import main; sys.exit(main(sys.argv[1:]))"
 
 
-@pytest.mark.parametrize("length, started", [(32768, False), (29696, True)])
+@pytest.mark.parametrize("length, started", [(32768, False), (22528, True)])
 def test_a_vllm_start_ends_started_or_refused_with_vllms_reason(tmp_path: Path, length: int, started: bool) -> None:
     port = free_port()
     engine = json.dumps({"gpu_memory_utilization": round(0.9 * 40 / H200_GIB, 4), "max_model_len": length})
@@ -65,7 +65,7 @@ def test_a_vllm_that_neither_answers_nor_exits_fails_the_check(tmp_path: Path) -
 
 
 def test_a_check_holds_when_vllm_did_what_the_launcher_decided() -> None:
-    started = VllmOutcome(True, 60.0, VllmMemory(max_model_len=29696), Path("x"))
+    started = VllmOutcome(True, 60.0, VllmMemory(max_model_len=22528), Path("x"))
     refused = VllmOutcome(False, 50.0, VllmMemory(refused="To serve ..."), Path("x"), "To serve ...")
     not_free = VllmOutcome(False, 20.0, VllmMemory(not_free="Free memory on device ..."), Path("x"), "Free memory ...")
     crashed = VllmOutcome(False, 20.0, VllmMemory(), Path("x"), "CUDA error: out of memory")
@@ -103,7 +103,7 @@ def test_the_cards_stage_checks_each_emulated_card_and_says_what_it_cannot_emula
     """bench/gpu_proof.py --only cards, as the lead runs it, on a pretend 80 GB card. The A100's
     decision is held against ART's own command for the trainer's engine arguments and a runtime
     double doing vLLM's arithmetic: refused at 32768 as decided, started with the launcher's way,
-    whose max_seq_length=29696 must reach vLLM as its max_model_len. The GH200 is said not to fit."""
+    whose max_seq_length=22528 must reach vLLM as its max_model_len. The GH200 is said not to fit."""
     from trainer.staging.data import main as data_main
 
     assert data_main(["make-model", str(tmp_path / "model"), "--size", "tiny", "--data_dir", str(art_e_data_dir)]) == 0
@@ -122,7 +122,7 @@ def test_the_cards_stage_checks_each_emulated_card_and_says_what_it_cannot_emula
     assert "lonestar6 (40 GiB, gpu_mode dedicated): the launcher refuses it" in out
     assert out.count("as the launcher decided") == 2 and "NOT as the launcher decided" not in out
     assert "as planned (dedicated): vLLM refused (To serve at least one request with the model's max seq len (32768)" in out
-    assert "with the launcher's way (max_seq_length=29696): vLLM started" in out and "max_model_len 29696" in out
+    assert "with the launcher's way (max_seq_length=22528): vLLM started" in out and "max_model_len 22528" in out
     assert "training half: not measured (run agent008-14b in the same proof first)" in out
     assert "vista: vista's 96 GiB card cannot be emulated on this 79.6 GiB one" in out
     assert "ok cards" in out

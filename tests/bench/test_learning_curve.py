@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -221,3 +222,30 @@ def test_the_data_and_scripted_stages_stage_the_inboxes_and_measure_the_warm_ups
     (line,) = bench.scripted(work)
     assert line == ("scripted policy on 600 questions with the real tools: good search 100.0% right, weak search "
                     "0.0% right, the warm-up's mix (25% good) 25.0% right on average")
+
+
+def test_a_budget_with_room_for_fewer_than_two_validations_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """Seen on an H100 (2026-11-27): --minutes 9 ended before any validation, three registrations at
+    once took 292 s. A curve needs two held-out points; a budget that cannot give them starts nothing."""
+    work = tmp_path / "bench"
+    result = subprocess.run([sys.executable, "bench/learning_curve.py", "start", "--gpus", "0", "--minutes", "9",
+                             "--work", str(work)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    [line] = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and "--minutes 9 leaves room for 0 held-out validation(s)" in line
+    assert "give --minutes 13 or more" in line and not work.exists()
+
+
+def test_the_plan_counts_three_registrations_at_once_as_measured_and_promises_no_validation_that_cannot_fit() -> None:
+    assert bench.ESTIMATE["register"] >= 292  # three runs registering at once on one H100, 2026-11-27
+    short, enough = bench.plan_of(["0"], 9), bench.plan_of(["0"], 13)
+    assert short.validations == [] and bench.too_short(short) is not None
+    assert len(enough.validations) >= 2 and bench.too_short(enough) is None
+
+
+def test_a_picture_of_a_bench_that_measured_nothing_says_so(tmp_path: Path) -> None:
+    data = {"device": "1 x GPU", "model": "m", "date": "2026-11-27", "runs": [{"seed": 1, "heldout": []}],
+            "control": {"heldout": []}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "no artists with labels" legend warning
+        path = plot(data, tmp_path / "empty.png")
+    assert path.stat().st_size > 0

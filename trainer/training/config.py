@@ -196,7 +196,7 @@ def vllm_engine_args(config: "TrainerConfig", gpu_mode: str) -> dict[str, Any]:
     ART passes no ``max_model_len``, so vLLM took the model's own (32768 for Qwen2.5) and refused to
     start where the KV cache of that context did not fit, whatever ``max_seq_length`` the launcher
     had planned the GPU's memory with (hpc/launcher/gpu_memory.py: a 40 GB A100 fits agent_008 at
-    ``max_seq_length=29696``). A conversation longer than ``max_seq_length`` could not be trained on
+    ``max_seq_length=22528``). A conversation longer than ``max_seq_length`` could not be trained on
     anyway (ART drops it)."""
     fast = FAST_START_ENGINE_ARGS if config.vllm_fast_start else {}
     return {"gpu_memory_utilization": vllm_share(config, gpu_mode), "max_model_len": config.max_seq_length, **fast}

@@ -37,8 +37,10 @@ REPO = Path(__file__).resolve().parents[3]
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 CLUSTERS = ("vista", "lonestar6", "jureca", "jupiter", "juwels_booster", "local")
 JUDGE = "Qwen/Qwen2.5-7B-Instruct"
-# A 7B base model: the trainer's config fits every cluster's GPUs (agent_008's 14B does not fit 40 GB).
-BASE_FLAGS = ("--job_name", "golden", "--time_limit", "1:00:00", "--train_arg", "base_model=Qwen/Qwen2.5-7B-Instruct")
+# A 7B base model on sequences of 16384 tokens: the trainer's config fits every cluster's GPUs (agent_008's
+# 14B, or a 7B at 32768 tokens, does not fit 40 GB: hpc/launcher/gpu_memory.py).
+BASE_FLAGS = ("--job_name", "golden", "--time_limit", "1:00:00", "--train_arg", "base_model=Qwen/Qwen2.5-7B-Instruct",
+              "--train_arg", "max_seq_length=16384")
 # What the dotenv files may refer to, fixed: a made-up user on every cluster.
 USER_ENV = {"HOME": "/home/golden", "USER": "golden", "SCRATCH": "/scratch/golden", "WORK": "/work/golden",
             "PROJECT": "/p/project/golden", "BUDGET_ACCOUNTS": "golden-budget", "TACC_ACCOUNT": "golden-account"}
