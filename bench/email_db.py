@@ -365,8 +365,8 @@ def baseline_search(conn: sqlite3.Connection, query: Query, max_results: int = 1
 
 
 def ours_build(dataset_dir: Path, db_path: Path) -> dict[str, Any]:
-    from trainer.staging.sources import email_rows, resolve_source
     from trainer.agent.email_db_build import build_database
+    from trainer.staging.sources import email_rows, resolve_source
 
     rows, total = email_rows(resolve_source(str(dataset_dir)))
     report = build_database(rows, db_path, force=True, show_progress=False, total=total)
@@ -383,6 +383,7 @@ def child(kind: str, dataset_dir: Path, db_path: Path) -> None:
         datasets.disable_progress_bars()
     else:
         import pyarrow  # noqa: F401
+
         import trainer.staging.data  # noqa: F401
     start = time.perf_counter()
     counts = build(dataset_dir, db_path)

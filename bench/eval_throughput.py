@@ -75,11 +75,11 @@ def agent(turn_seconds: float, jitter: float = 0.0):
 
 async def timed(base_url: str, data_dir: Path, concurrency: int, limit: int | None = None) -> tuple[float, dict]:
     from trainer.agent.email_db import EmailDB
-    from trainer.evaluation.engine import evaluate, summarize
     from trainer.agent.judge import Judge
-    from trainer.serving.policy import EndpointPolicy
     from trainer.agent.rollout import AgentConfig
     from trainer.agent.scenarios import load_scenarios
+    from trainer.evaluation.engine import evaluate, summarize
+    from trainer.serving.policy import EndpointPolicy
 
     scenarios = load_scenarios(data_dir, "test", shuffle=False, limit=limit)
     judge = Judge(model="judge", api_base=base_url, concurrency=max(concurrency, 8), retries=0)

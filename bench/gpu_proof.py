@@ -65,9 +65,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import gpu_proof_background as background  # noqa: E402
 from bench.gpu_proof_full import stage_agent008_14b, stage_cards, stage_model14b  # noqa: E402
 from bench.gpu_proof_kit import (  # noqa: E402
-    FIXTURE, PYTHON, REPO, MemorySampler, ProofFailed, RecordMark, ServedWatch, Work, after_steps, check_consecutive,
-    check_served, check_trained, command, folder_mib, fresh_folder_problem, last_lines, node_gpus, rollouts_per_second,
-    say, seconds_per_step, seconds_to_register, string_match_verdict, trained_steps, trainer, wait_for)
+    FIXTURE,
+    PYTHON,
+    REPO,
+    MemorySampler,
+    ProofFailed,
+    RecordMark,
+    ServedWatch,
+    Work,
+    after_steps,
+    check_consecutive,
+    check_served,
+    check_trained,
+    command,
+    folder_mib,
+    fresh_folder_problem,
+    last_lines,
+    node_gpus,
+    rollouts_per_second,
+    say,
+    seconds_per_step,
+    seconds_to_register,
+    string_match_verdict,
+    trained_steps,
+    trainer,
+    wait_for,
+)
 from bench.gpu_proof_memory import memory_estimate  # noqa: E402
 from bench.gpu_proof_two_gpus import TWO_GPU_STAGES, stage_baseline  # noqa: E402
 from hpc.run.checkpoints import list_checkpoints  # noqa: E402

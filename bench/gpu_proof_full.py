@@ -38,11 +38,36 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.gpu_proof_cards import (
-    CONFIG, Card, Decision, Emulation, check_card, launcher_decision, peaks_env, physical_decision)
+    CONFIG,
+    Card,
+    Decision,
+    Emulation,
+    check_card,
+    launcher_decision,
+    peaks_env,
+    physical_decision,
+)
 from bench.gpu_proof_kit import (
-    ProofFailed, RecordMark, ServedWatch, Work, after_steps, check_consecutive, check_served, check_trained, command,
-    folder_mib, gpu_total_gib, last_lines, nvidia_smi, rollouts_per_second, run_together, say, seconds_to_register,
-    trained_steps, trainer_process)
+    ProofFailed,
+    RecordMark,
+    ServedWatch,
+    Work,
+    after_steps,
+    check_consecutive,
+    check_served,
+    check_trained,
+    command,
+    folder_mib,
+    gpu_total_gib,
+    last_lines,
+    nvidia_smi,
+    rollouts_per_second,
+    run_together,
+    say,
+    seconds_to_register,
+    trained_steps,
+    trainer_process,
+)
 from bench.gpu_proof_memory import LogPhase, ProcessMemory, TargetCheck, made_shape, trainer_torch_peaks, vllm_memory
 from hpc.run.checkpoints import list_checkpoints
 

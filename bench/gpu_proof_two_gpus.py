@@ -37,9 +37,30 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.gpu_proof_kit import (
-    PYTHON, REPO, CountingForwarder, MemorySampler, Process, ProofFailed, RecordMark, Work, after_steps, check_stopped,
-    check_trained, command, gpu_total_gib, last_lines, rollouts_per_second, run_together, seconds_per_step,
-    seconds_to_register, served_at, trained_steps, trainer, trainer_process, wait_for)
+    PYTHON,
+    REPO,
+    CountingForwarder,
+    MemorySampler,
+    Process,
+    ProofFailed,
+    RecordMark,
+    Work,
+    after_steps,
+    check_stopped,
+    check_trained,
+    command,
+    gpu_total_gib,
+    last_lines,
+    rollouts_per_second,
+    run_together,
+    seconds_per_step,
+    seconds_to_register,
+    served_at,
+    trained_steps,
+    trainer,
+    trainer_process,
+    wait_for,
+)
 from bench.gpu_proof_memory import memory_estimate
 
 JUDGE_PORT = 18765  # hpc.launcher.judge_serve's default

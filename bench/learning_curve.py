@@ -50,10 +50,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.gpu_proof_kit import (  # noqa: E402
-    PYTHON, REPO, Process, ProofFailed, Work, command, last_lines, node_gpus, run_together, say,
-    string_match_verdict, trained_steps)
 from bench.gpu_proof import positive  # noqa: E402
+from bench.gpu_proof_kit import (  # noqa: E402
+    PYTHON,
+    REPO,
+    Process,
+    ProofFailed,
+    Work,
+    command,
+    last_lines,
+    node_gpus,
+    run_together,
+    say,
+    string_match_verdict,
+    trained_steps,
+)
 from bench.learning_curve_results import plot, redraw, results, verdicts, write_json  # noqa: E402
 from hpc.run.rundir import RunDir, read_jsonl  # noqa: E402
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import os
 import shutil
 import signal
@@ -76,7 +77,7 @@ def node_ip(hostname: str | None = None, suffix: str | None = None) -> str:
         suffix = os.environ.get("HPC_RAY_HOST_SUFFIX", "")
     host = (hostname or socket.gethostname()) + suffix
     try:
-        addresses = [info[4][0] for info in socket.getaddrinfo(host, None, socket.AF_INET)]
+        addresses = [str(info[4][0]) for info in socket.getaddrinfo(host, None, socket.AF_INET)]
     except socket.gaierror:
         addresses = []
     for address in addresses:
@@ -85,7 +86,7 @@ def node_ip(hostname: str | None = None, suffix: str | None = None) -> str:
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.connect(("192.0.2.1", 9))  # TEST-NET: only picks the route, sends nothing
-            return probe.getsockname()[0]
+            return str(probe.getsockname()[0])
     except OSError:
         return addresses[0] if addresses else "127.0.0.1"
 
@@ -300,7 +301,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
     _start_watchdog(args, joined, head_up)
     wait_for_port(args.address, float("inf"))  # the watchdog bounds every wait here
     head_up.append(True)
-    ray.init(address=args.address, log_to_driver=False, logging_level="WARNING", configure_logging=False)
+    ray.init(address=args.address, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False)
     while True:
         joined[:] = alive_nodes()
         if len(joined) >= args.nodes:

@@ -174,5 +174,5 @@ def _cluster_from_entry(name: str, entry: dict, path: Path) -> Cluster:
         raise ValueError(f"{where}: gpu_mode {cluster.gpu_mode!r} not one of {GPU_MODES}")
     if cluster.gpu_gres not in GPU_GRES_MODES:
         raise ValueError(f"{where}: gpu_gres {cluster.gpu_gres!r} not one of {GPU_GRES_MODES}")
-    cluster.max_minutes  # validates max_time
+    _ = cluster.max_minutes  # validates max_time (the property raises on a bad one)
     return cluster

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Mapping
 
 from dotenv import dotenv_values
-
 from hpc.digits import is_count
 from hpc.errors import UsageError
 from hpc.secret_names import is_secret_name
@@ -238,6 +237,7 @@ def resolve_one(layers: list[EnvLayer], outer: Mapping[str, str], name: str) -> 
         return None
     resolver = _Resolver(raw, sources, outer)
     value = resolver.resolve(name)
-    if resolver.secret_of[name]:
-        raise secret_built_error(name, sources[name], resolver.secret_of[name])
+    secret = resolver.secret_of[name]
+    if secret:
+        raise secret_built_error(name, sources[name], secret)
     return value

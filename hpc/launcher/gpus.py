@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hpc.launcher.clusters import Cluster
 from hpc.errors import UsageError
+from hpc.launcher.clusters import Cluster
 from hpc.launcher.gpu_memory import Plan, check_fit
-
 from hpc.launcher.trainer_config import vllm_share
 
 if TYPE_CHECKING:

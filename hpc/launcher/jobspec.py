@@ -15,21 +15,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpc.launcher.clusters import Cluster, Detection
-from hpc.launcher.envfiles import EnvLayer, MergedEnv, merge_layers, parse_env_flags, read_dotenv, resolve_one
 from hpc.errors import UsageError
-from hpc.launcher.managed_vars import refuse_managed
-from hpc.launcher.network import Tunnel
 from hpc.job.ray_cluster import highest_port
 from hpc.job.workload_env import Job, job_env, launch_names
-from hpc.run.rundir import RUN_NAME_RE, RunDir
+from hpc.launcher.clusters import Cluster, Detection
+from hpc.launcher.envfiles import EnvLayer, MergedEnv, parse_env_flags, read_dotenv, resolve_one
+from hpc.launcher.managed_vars import refuse_managed
+from hpc.launcher.network import Tunnel
 from hpc.launcher.timelimit import ACCEPTED as TIME_FORMATS
 from hpc.launcher.timelimit import format_minutes, parse_time_limit
+from hpc.run.rundir import RUN_NAME_RE, RunDir
 
 if TYPE_CHECKING:
-    from hpc.run.init_from import Source
     from hpc.launcher.judge_serve import JudgeServe
     from hpc.launcher.trainer_config import TrainerConfig
+    from hpc.run.init_from import Source
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 DOTENV_DIR = REPO_DIR / "dotenv"

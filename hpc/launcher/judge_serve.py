@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from hpc.launcher.envfiles import EnvLayer, MergedEnv
 from hpc.errors import UsageError
+from hpc.launcher.envfiles import EnvLayer, MergedEnv
 
 MODEL_RE = re.compile(r"[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*")
 DEFAULT_PORT = 18765

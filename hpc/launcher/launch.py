@@ -15,10 +15,11 @@ import argparse
 import os
 import sys
 
-from hpc.launcher.clusters import Registry, load_registry
-from hpc.launcher import queue_preflight
 from hpc.digits import ascii_int
 from hpc.errors import UsageError
+from hpc.launcher import queue_preflight
+from hpc.launcher import submit as slurm
+from hpc.launcher.clusters import Registry, load_registry
 from hpc.launcher.jobspec import (
     CONTINUATION_MODES,
     DEFAULT_CONFIG,
@@ -28,7 +29,6 @@ from hpc.launcher.jobspec import (
 )
 from hpc.launcher.single_run import checked_script, print_preview, spec_from_args, submit_run
 from hpc.run.rundir import SweepDir
-from hpc.launcher import submit as slurm
 from hpc.slurm.calls import SlurmError
 
 

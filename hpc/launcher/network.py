@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hpc.errors import UsageError
 from hpc.launcher.clusters import Cluster
 from hpc.launcher.envfiles import MergedEnv
-from hpc.errors import UsageError
 
 DEFAULT_PORT = 1080
 DEFAULT_TIMEOUT = 30

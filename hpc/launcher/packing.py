@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence, TypeVar
 
-from hpc.launcher.clusters import Cluster, Registry
 from hpc.digits import is_count
 from hpc.errors import UsageError
+from hpc.launcher.clusters import Cluster, Registry
 
 T = TypeVar("T")
 PACK_WORDS = ("auto", "off")

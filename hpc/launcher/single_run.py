@@ -14,14 +14,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpc.run.checkpoints import latest_complete, model_dir
-from hpc.launcher.clusters import Cluster, Registry
-from hpc.run import init_from, ledger, ownership
-from hpc.run.ledger import Chain, Submit
-from hpc.launcher import packing
-from hpc.job import vllm_runtime
-from hpc.launcher.envfiles import EnvLayer, MergedEnv, merge_layers, redact_argv
 from hpc.errors import UsageError
+from hpc.job import vllm_runtime
+from hpc.launcher import packing
+from hpc.launcher import submit as slurm
+from hpc.launcher.clusters import Cluster, Registry
+from hpc.launcher.envfiles import EnvLayer, MergedEnv, merge_layers, redact_argv
+from hpc.launcher.gpus import plan_gpus
 from hpc.launcher.jobspec import (
     DEFAULT_ENTRYPOINT,
     REPO_DIR,
@@ -44,14 +43,15 @@ from hpc.launcher.jobspec import (
     resolve_runs_dir,
     trainer_config,
 )
-from hpc.launcher.gpus import plan_gpus
 from hpc.launcher.judge_serve import JudgeServe, judge_serve
 from hpc.launcher.network import tunnel_for
 from hpc.launcher.render import render
 from hpc.launcher.sbatch_options import check_sbatch_args
-from hpc.run.rundir import RunDir
-from hpc.launcher import submit as slurm
 from hpc.launcher.timelimit import parse_time_limit
+from hpc.run import init_from, ledger, ownership
+from hpc.run.checkpoints import latest_complete, model_dir
+from hpc.run.ledger import Chain, Submit
+from hpc.run.rundir import RunDir
 
 if TYPE_CHECKING:
     from hpc.launcher.trainer_config import TrainerConfig
@@ -372,7 +372,7 @@ def prepare_run(spec: JobSpec, script: str, restart: bool) -> bool:
 def submit_chain(spec: JobSpec, argv: list[str]) -> list[str]:
     commit = slurm.git_commit(REPO_DIR)
     job_ids: list[str] = []
-    for k in range(spec.continuation.chain):
+    for _ in range(spec.continuation.chain):
         after = job_ids[-1] if job_ids else None
         job_id = slurm.submit(spec.script_path, f"afterany:{after}" if after else None)
         out, err = spec.run_dir.log_paths(job_id)

@@ -10,7 +10,16 @@ import subprocess
 from pathlib import Path
 
 from hpc.errors import UsageError
-from hpc.slurm.calls import SlurmError, SlurmFailed, SlurmMissing, TestOnly, queue_states, sbatch_command, submit, test_only
+from hpc.slurm.calls import (
+    SlurmError,
+    SlurmFailed,
+    SlurmMissing,
+    TestOnly,
+    queue_states,
+    sbatch_command,
+    submit,
+    test_only,
+)
 from hpc.slurm.states import QUEUED
 from hpc.synced_checkout import synced_commit
 

@@ -23,11 +23,11 @@ import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from hpc.errors import UsageError
 from hpc.launcher import packing, queue_preflight, single_run, sweeps
 from hpc.launcher import submit as slurm
 from hpc.launcher.clusters import Registry
 from hpc.launcher.envfiles import merge_layers, redact_argv
-from hpc.errors import UsageError
 from hpc.launcher.jobspec import JobSpec, Pack, PackMember, check_job_name, env_layers, outer_env, resolve_runs_dir
 from hpc.run import ledger
 from hpc.run.ledger import Submit

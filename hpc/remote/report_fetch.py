@@ -46,6 +46,7 @@ def run_streaming(argv: list[str]) -> tuple[int, str]:
     """Run, passing stdout through line by line; the exit code and the last line."""
     last = ""
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as process:
+        assert process.stdout is not None  # stdout=PIPE
         for line in process.stdout:
             sys.stdout.write(line)
             last = line.strip() or last

@@ -204,6 +204,7 @@ def push(conn: Connection, remote_dir: str, local: LocalTree) -> None:
     """``git archive`` of the tree into the checkout there."""
     archive = subprocess.Popen(["git", "-C", str(local.repo), "-c", "tar.umask=022", "archive", "--format=tar.gz",
                                 local.tree, "--", ".", *EXCLUDED], stdout=subprocess.PIPE)
+    assert archive.stdout is not None  # stdout=PIPE
     try:
         send(conn, remote_dir, local, archive.stdout)
     finally:

@@ -56,6 +56,7 @@ from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
 from hpc.slurm.output import SacctRow, run_order
 from hpc.slurm.states import JobState
+
 # A successor (hpc/job/successor.py) is submitted when its predecessor starts, hours before the
 # ``resubmit`` that names it: its ``successor`` record is its submission.
 SUBMITTING = (Submit, Chain, Successor, Resubmit)

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints, step_dir
 from hpc.digits import is_count
 from hpc.errors import UsageError
+from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints, step_dir
 from hpc.run.rundir import RunDir, utc_now
 
 

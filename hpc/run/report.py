@@ -82,14 +82,18 @@ def model_bars(run: RunDir) -> tuple[list[Bar], str | None]:
     validations, the split with the most evaluations), and that split's key."""
     validations = run.read_validations()
     by_key = evaluations(run)
-    key = validations[-1].get("split_key") if validations else max(by_key, key=lambda k: len(by_key[k]), default=None)
+    if validations:
+        latest_key = validations[-1].get("split_key")
+        key = latest_key if isinstance(latest_key, str) else None
+    else:
+        key = max(by_key, key=lambda k: len(by_key[k]), default=None)
     bars = []
     if validations:
         best = max(validations, key=lambda v: (v["accuracy"], v["step"]))
         bars.append(Bar(f"{run.name} best (step {best['step']})", best["accuracy"], "run"))
         if validations[-1]["step"] != best["step"]:
             bars.append(Bar(f"{run.name} latest (step {validations[-1]['step']})", validations[-1]["accuracy"], "run"))
-    bars += [Bar(s["model"], s["accuracy"], "evaluation") for s in by_key.get(key, [])]
+    bars += [Bar(s["model"], s["accuracy"], "evaluation") for s in (by_key.get(key, []) if key is not None else [])]
     bars += [Bar(f"{label} [published]", value, "published") for label, value in PUBLISHED.items()]
     return bars, key
 
@@ -157,7 +161,7 @@ TITLES = {reward_panel: "training reward", validation_panel: "validation accurac
 
 def mark_jobs(axis: Any, run: RunDir) -> None:
     """A dotted line where each job after the first began training."""
-    for index, (step, job) in enumerate(job_starts(run)):
+    for index, (step, _job) in enumerate(job_starts(run)):
         axis.axvline(step, color="grey", linestyle=":", linewidth=1, label="a new job starts" if index == 0 else None)
     axis.grid(alpha=0.3)
     axis.legend(loc="lower right", fontsize=9)
@@ -318,7 +322,8 @@ def resolve_runs_dir(flag: Path | None) -> Path:
     if flag is not None:
         return flag
     from hpc.launcher.clusters import load_registry
-    from hpc.launcher.jobspec import REPO_DIR, env_layers, outer_env, resolve_runs_dir as launcher_runs_dir
+    from hpc.launcher.jobspec import REPO_DIR, env_layers, outer_env
+    from hpc.launcher.jobspec import resolve_runs_dir as launcher_runs_dir
 
     cluster = load_registry().detect().cluster
     return launcher_runs_dir(None, env_layers(cluster, []), outer_env(cluster)) or REPO_DIR / "runs"

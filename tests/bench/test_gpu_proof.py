@@ -17,10 +17,28 @@ import pytest
 
 from bench import gpu_proof
 from bench.gpu_proof_kit import (
-    CountingForwarder, Process, ProofFailed, RecordMark, ServedWatch, Work, check_consecutive, check_served, check_trained,
-    parse_gpu_memory, run_together, seconds_to_register, served_at)
+    CountingForwarder,
+    Process,
+    ProofFailed,
+    RecordMark,
+    ServedWatch,
+    Work,
+    check_consecutive,
+    check_served,
+    check_trained,
+    parse_gpu_memory,
+    run_together,
+    seconds_to_register,
+    served_at,
+)
 from bench.gpu_proof_two_gpus import (
-    PackSlot, ServedJudge, check_judge_counts, check_same_objective, check_slots, pack_slots)
+    PackSlot,
+    ServedJudge,
+    check_judge_counts,
+    check_same_objective,
+    check_slots,
+    pack_slots,
+)
 from hpc.run.checkpoints import step_dir
 from tests.doubles.fake_vllm import write_executable
 from tests.doubles.openai_server import OpenAIServer, failure, text
@@ -276,7 +294,7 @@ def test_the_forwarder_passes_every_request_on_unchanged_and_counts_each_status(
     with OpenAIServer(lambda body: next(replies), served=("judge",)) as judge, CountingForwarder(judge.url) as forwarder:
         first = litellm.completion(model="openai/judge", api_base=forwarder.base_url, api_key="x",
                                    messages=[{"role": "user", "content": "q"}], max_retries=0)
-        with pytest.raises(Exception):
+        with pytest.raises(litellm.BadRequestError):
             litellm.completion(model="openai/judge", api_base=forwarder.base_url, api_key="x",
                                messages=[{"role": "user", "content": "q"}], max_retries=0, num_retries=0)
         assert first.choices[0].message.content == '{"accept": true}'

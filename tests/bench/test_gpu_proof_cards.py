@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from bench.gpu_proof_cards import (
-    Card, CardCheck, Emulation, VllmOutcome, launcher_decision, physical_decision, start_vllm)
+    Card,
+    CardCheck,
+    Emulation,
+    VllmOutcome,
+    launcher_decision,
+    physical_decision,
+    start_vllm,
+)
 from bench.gpu_proof_full import training_half
 from bench.gpu_proof_kit import ProofFailed
 from bench.gpu_proof_memory import VllmMemory

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from bench.gpu_proof_memory import (
-    LogPhase, ProcessMemory, TargetCheck, VllmMemory, parse_compute_apps, process_kind, trainer_torch_peaks, vllm_memory)
+    LogPhase,
+    ProcessMemory,
+    TargetCheck,
+    VllmMemory,
+    parse_compute_apps,
+    process_kind,
+    trainer_torch_peaks,
+    vllm_memory,
+)
 
 # vLLM 0.25.1's own lines (vllm/v1/worker/gpu_model_runner.py, gpu_worker.py, vllm/v1/core/kv_cache_utils.py,
 # vllm/config/model.py), as it logs them

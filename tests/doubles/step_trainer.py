@@ -62,7 +62,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpc.run.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, latest_complete, quarantine_incomplete, step_dir
 from hpc.job.deadline import (
     BoundaryRule,
     BoundarySettings,
@@ -72,6 +71,7 @@ from hpc.job.deadline import (
     startup_durations,
     step_durations,
 )
+from hpc.run.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, latest_complete, quarantine_incomplete, step_dir
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now
 
 STOP: list[str] = []  # the signal that asked us to stop, if any

@@ -25,8 +25,17 @@ from hpc.run.rundir import RunDir
 from tests.doubles.ledger_lines import write_record
 from tests.hpc.slurm_helpers import launch
 from tests.scripts.slurm_util import (
-    REPO, SCRIPTS, bin_without_slurm, calls, cancel, fake_slurm, run_script, sbatch,
-    unique_prefix, wait_final, wait_running,
+    REPO,
+    SCRIPTS,
+    bin_without_slurm,
+    calls,
+    cancel,
+    fake_slurm,
+    run_script,
+    sbatch,
+    unique_prefix,
+    wait_final,
+    wait_running,
 )
 
 HELPERS = ["status.sh", "sfail.sh", "scompleted.sh", "scancelled.sh", "scancelall.sh", "rmlogs.sh"]
@@ -192,7 +201,7 @@ def _progress_run(runs: Path, name: str, job: str, **progress) -> RunDir:
 
 def _row(text: str, first: str) -> list[str]:
     """The table row that starts with `first`, split on runs of 2+ spaces."""
-    line = next((l for l in text.splitlines() if l.startswith(first + " ")), None)
+    line = next((row for row in text.splitlines() if row.startswith(first + " ")), None)
     assert line is not None, f"no row for {first!r} in:\n{text}"
     return re.split(r"\s{2,}", line)
 
@@ -240,7 +249,7 @@ def test_status_lists_the_queue_and_one_line_per_run(tmp_path):
     assert only.returncode == 0, only.stderr
     queue, table = only.stdout.split("\n\n", 1)
     assert "none" in queue and "101" not in queue and "103" not in queue
-    assert [l.split()[0] for l in table.splitlines()[2:]] == ["r-done"]
+    assert [row.split()[0] for row in table.splitlines()[2:]] == ["r-done"]
     missing = run_script("status.sh", "--runs_dir", str(runs), "--run", "nope", env=env)
     assert missing.returncode == 2 and f"bad --run 'nope' (accepted: the name of a run directory under {runs})" \
         in missing.stderr

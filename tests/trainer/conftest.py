@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from trainer.staging.data import prepare
 from trainer.agent.email_db import EmailDB
 from trainer.agent.scenarios import Scenario, load_scenarios
+from trainer.staging.data import prepare
 
 FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "art_e"
 FIXTURE_EMAILS = FIXTURE_DIR / "emails.jsonl"

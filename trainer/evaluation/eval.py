@@ -37,10 +37,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints
 from hpc.run import fields as kinds
-from hpc.run.rundir import (RUN_NAME_ACCEPTED, OutsideRun, RunDir, is_run_name, read_json, read_jsonl, utc_now,
-                            write_json_atomic, write_jsonl_atomic)
+from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints
+from hpc.run.rundir import (
+    RUN_NAME_ACCEPTED,
+    OutsideRun,
+    RunDir,
+    is_run_name,
+    read_json,
+    read_jsonl,
+    utc_now,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
 from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import Judge, missing_keys, use_bundled_price_table
 from trainer.agent.rollout import AgentConfig
@@ -216,7 +225,7 @@ async def run_plan(plan: EvalPlan) -> list[dict[str, Any]]:
         else:
             todo.append((spec, adapter))
     check_keys([spec for spec, _ in todo], judge)
-    for spec, adapter in [t for t in todo if t[1] is None and t[0].kind != "base"]:
+    for spec, _ in [t for t in todo if t[1] is None and t[0].kind != "base"]:
         summaries.append(await evaluate_one(plan, spec, scenarios, key, open_policy(spec), judge))
     served = [t for t in todo if t[1] is not None or t[0].kind == "base"]
     if served:

@@ -276,7 +276,6 @@ def stage_models(args: argparse.Namespace) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from trainer.staging.model_maker import ModelMakerError  # numpy and tokenizers: make-model's alone
-
     from trainer.staging.synthetic_inbox import SyntheticInboxError
 
     commands = {"stage-model": stage_models, "make-model": make_model_folder, "prepare": prepare_data,

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 from trainer.agent.reward import Rubric
 from trainer.agent.rollout import AgentConfig
 from trainer.agent.tools import READ_EMAIL, RETURN_FINAL_ANSWER, SEARCH_EMAILS, EmailTools
-from trainer.staging.synthetic_inbox import search_plan
 from trainer.staging.scripted_moves import opening, play
+from trainer.staging.synthetic_inbox import search_plan
 
 if TYPE_CHECKING:
     from trainer.agent.email_db import EmailDB

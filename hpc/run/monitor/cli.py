@@ -25,17 +25,17 @@ def launcher_runs_dir() -> Path:
     """The launcher's default, by the launcher's code (hpc/launcher/single_run.py spec_from_args):
     RUNS_DIR from the merged dotenv of the detected cluster, else <repo>/runs."""
     try:
-        from hpc.launcher.clusters import load_registry
         from hpc.errors import UsageError
+        from hpc.launcher.clusters import load_registry
         from hpc.launcher.jobspec import env_layers, outer_env, resolve_runs_dir
     except ImportError as err:
         raise Failure(f"cannot work out the launcher's runs directory ({err}; run setup.sh, "
-                      "or pass --runs_dir DIR)")
+                      "or pass --runs_dir DIR)") from None
     try:
         cluster = load_registry().detect().cluster
         return resolve_runs_dir(None, env_layers(cluster, []), outer_env(cluster))
     except UsageError as err:
-        raise Failure(f"cannot work out the launcher's runs directory: {err} (pass --runs_dir DIR)")
+        raise Failure(f"cannot work out the launcher's runs directory: {err} (pass --runs_dir DIR)") from None
 
 
 # --- command line ----------------------------------------------------------------------

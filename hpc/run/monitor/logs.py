@@ -10,9 +10,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
-from hpc.run.monitor.display import Failure
 from hpc.run import ledger
 from hpc.run.ledger import JobRecord, JobStart, Launched, Successor
+from hpc.run.monitor.display import Failure
 from hpc.run.monitor.rundirs import run_dirs
 from hpc.run.rundir import RunDir
 from hpc.slurm import calls

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from hpc.run.monitor.display import Failure, table
 from hpc.run import ledger
+from hpc.run.monitor.display import Failure, table
 from hpc.run.monitor.rundirs import sweep_runs
 from hpc.run.rundir import RunDir
 from hpc.slurm import calls

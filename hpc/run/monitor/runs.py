@@ -13,7 +13,8 @@ from typing import Optional, Sequence
 
 from hpc.run import accounting, ledger
 from hpc.run.checkpoints import latest_complete
-from hpc.run.health import Flag, HealthSettings, SettingError, check as health_check
+from hpc.run.health import Flag, HealthSettings, SettingError
+from hpc.run.health import check as health_check
 from hpc.run.ledger import JobStart, Record, Submit
 from hpc.run.monitor.display import Failure, duration, printable, table
 from hpc.run.monitor.queue import user_queue
@@ -173,7 +174,7 @@ def health_settings() -> HealthSettings:
     try:
         return HealthSettings.from_env()
     except SettingError as err:
-        raise Failure(str(err), 2)
+        raise Failure(str(err), 2) from None
 
 
 def run_views(user: str, runs: list[RunDir]) -> list[RunView]:

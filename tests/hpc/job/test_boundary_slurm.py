@@ -24,12 +24,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from hpc.job.deadline import JobEnd, query_slurm_end
-from hpc.slurm.times import parse_time
 from hpc.run.rundir import RunDir
+from hpc.slurm.times import parse_time
+from tests.doubles.ledger_lines import ledger_lines
 from tests.doubles.step_trainer import read_steps
 from tests.hpc.slurm_helpers import launch
 from tests.scripts.slurm_util import cancel, sacct_row, sbatch, unique_prefix, wait_final, wait_running
-from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 

@@ -12,12 +12,12 @@ import pytest
 
 from hpc.job import continuation as cont
 from hpc.run import ledger as ledger_module
-from hpc.run.ledger import Record
 from hpc.run.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, step_dir
+from hpc.run.ledger import Record
 from hpc.run.rundir import RunDir
+from tests.doubles.ledger_lines import ledger_lines, write_record
 from tests.doubles.slurm_output import queue_text, runs_text
 from tests.doubles.step_trainer import safetensors_bytes
-from tests.doubles.ledger_lines import ledger_lines, write_record
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -39,9 +39,9 @@ def end(job: str, step: int, outcome: str, exit_code: int = 1) -> dict:
 
 
 def decide(ledger: list[dict], *, done: bool = False, mode: str = "afterany", max_resubmits: int = 20,
-           max_failures: int = 2, slurm: cont.SlurmView = cont.SlurmView()) -> cont.Decision:
+           max_failures: int = 2, slurm: cont.SlurmView | None = None) -> cont.Decision:
     return cont.decide(records(ledger), done=done, mode=mode, max_resubmits=max_resubmits, max_failures=max_failures,
-                       slurm=slurm)
+                       slurm=slurm or cont.SlurmView())
 
 
 def save(model: Path, step: int, whole: bool = True) -> None:

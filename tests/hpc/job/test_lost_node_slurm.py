@@ -23,9 +23,9 @@ import pytest
 
 from hpc.run.rundir import RunDir
 from tests.doubles import slurm_faults
+from tests.doubles.ledger_lines import ledger_lines
 from tests.doubles.step_trainer import read_steps
 from tests.hpc.job.test_resubmission_slurm import ACTIVE, events, launch, queue_states, wait_until
-from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 IN_FLIGHT = 33  # seconds into the 40 s step when the node goes (the job is ~35 s old)

@@ -18,7 +18,6 @@ from hpc.launcher.render import render
 from tests.hpc.dry_run_helpers import dry_run, jsc_environment, no_sbatch, ok_script, runs  # noqa: F401 (fixtures)
 
 
-
 def job_control_part(script: str) -> str:
     """The job-control block, with the launch id (time and pid) in its script path made equal."""
     part = script[script.index("# --- job control"):]

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from hpc.run.rundir import RunDir
-from tests.hpc.slurm_helpers import cancel, launch, sacct_state, wait_for_final_state
 from tests.doubles.ledger_lines import ledger_lines
+from tests.hpc.slurm_helpers import cancel, launch, sacct_state, wait_for_final_state
 
 pytestmark = pytest.mark.slurm
 

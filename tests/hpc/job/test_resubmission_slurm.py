@@ -39,11 +39,11 @@ from typing import Callable
 import pytest
 
 from hpc.run.rundir import RunDir
+from tests.doubles import slurm_faults
+from tests.doubles.ledger_lines import ledger_lines
 from tests.doubles.step_trainer import TrainedStep as Step
 from tests.doubles.step_trainer import read_steps as steps_log
-from tests.doubles import slurm_faults
 from tests.scripts.slurm_util import wait_final
-from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from hpc.job.watch import Watcher, job_start_of
 from hpc.run.health import HealthSettings
 from hpc.run.rundir import RunDir
-from hpc.job.watch import Watcher, job_start_of
-from tests.doubles.webhook_receiver import WebhookReceiver
 from tests.doubles.ledger_lines import write_record
+from tests.doubles.webhook_receiver import WebhookReceiver
 
 REPO = Path(__file__).resolve().parents[3]
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=timezone.utc)

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from hpc.launcher.clusters import load_registry
 from hpc.errors import UsageError
+from hpc.launcher.clusters import load_registry
 
 REQUIRED = {"vista", "lonestar6", "jureca", "jupiter", "juwels_booster", "local"}
 

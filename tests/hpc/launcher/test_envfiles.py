@@ -1,6 +1,8 @@
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
+from hpc.errors import UsageError
 from hpc.launcher.envfiles import (
     REDACTED,
     EnvLayer,
@@ -8,7 +10,6 @@ from hpc.launcher.envfiles import (
     parse_env_flags,
     read_dotenv,
 )
-from hpc.errors import UsageError
 from hpc.secret_names import is_secret_name
 
 

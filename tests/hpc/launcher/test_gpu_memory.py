@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpc.launcher.clusters import load_registry
 from hpc.errors import UsageError
+from hpc.launcher.clusters import load_registry
 from hpc.launcher.gpu_memory import Plan, check_fit, estimate, model_shape
 from hpc.launcher.gpus import plan_gpus
 from trainer.training.config import load_config

@@ -8,7 +8,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hpc.launcher import launch, single_run
 from hpc.launcher.clusters import load_registry

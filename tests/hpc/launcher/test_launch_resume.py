@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from hpc.run import checkpoints as ck
 from hpc.launcher import launch, single_run
+from hpc.run import checkpoints as ck
 from hpc.run import ownership
 from hpc.run.rundir import RunDir
-from tests.doubles.step_trainer import safetensors_bytes
 from tests.doubles.ledger_lines import ledger_lines, write_record
+from tests.doubles.step_trainer import safetensors_bytes
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from hpc.run.rundir import RunDir
-from tests.hpc.slurm_helpers import cancel, launch, wait_for_final_state
 from tests.doubles.ledger_lines import ledger_lines
+from tests.hpc.slurm_helpers import cancel, launch, wait_for_final_state
 
 pytestmark = pytest.mark.slurm
 

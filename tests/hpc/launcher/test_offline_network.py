@@ -25,8 +25,6 @@ from hpc.launcher.render import render
 from tests.hpc.dry_run_helpers import dry_run, jsc_environment, no_sbatch, ok_script, runs  # noqa: F401 (fixtures)
 from tests.hpc.sshd_helpers import _free_port, local_sshd, require_openssh  # noqa: F401 (local_sshd: a fixture)
 
-
-
 # -- what the dry run renders ---------------------------------------------------------------
 
 

@@ -1,11 +1,12 @@
 """Packing arithmetic and the GPU-use line (hpc/launcher/packing.py)."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
+from hpc.errors import UsageError
 from hpc.launcher import packing
 from hpc.launcher.clusters import load_registry
-from hpc.errors import UsageError
 
 REGISTRY = load_registry()
 

@@ -29,10 +29,10 @@ import pytest
 
 from hpc.run.rundir import RunDir
 from tests.doubles.fake_vllm import write_executable
-from trainer.serving.vllm_server import free_port
+from tests.doubles.ledger_lines import ledger_lines
 from tests.doubles.step_trainer import read_steps
 from tests.scripts.slurm_util import REPO, run_script, sacct_row
-from tests.doubles.ledger_lines import ledger_lines
+from trainer.serving.vllm_server import free_port
 
 pytestmark = pytest.mark.slurm
 

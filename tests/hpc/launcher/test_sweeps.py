@@ -3,10 +3,11 @@
 from pathlib import Path
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from hpc.launcher import sweeps
 from hpc.errors import UsageError
+from hpc.launcher import sweeps
 from hpc.launcher.jobspec import JOB_NAME_RE
 
 

@@ -15,7 +15,6 @@ from tests.hpc.remote.conftest import DEST, Laptop, checkout_with_venv, commit, 
 from tests.hpc.sshd_helpers import Sshd
 from tests.scripts.slurm_util import cancel, unique_prefix, wait_final
 
-
 # The step double trains 2 steps of a second each: a real job that runs and finishes in seconds.
 SMOKE = ("--cluster", "local", "--time_limit", "3", "--config", "smoke", "--entrypoint", "tests.doubles.step_trainer",
          "--gpus_per_node", "0", "--cpus_per_task", "1", "--train_arg", "steps=2", "--train_arg", "step_seconds=1")

@@ -31,14 +31,15 @@ from typing import Callable
 import pytest
 
 from hpc.run import accounting, ledger
-from hpc.run.report import DPI, FIG_SIZE, main as report_main
+from hpc.run.report import DPI, FIG_SIZE
+from hpc.run.report import main as report_main
 from hpc.run.rundir import RunDir
 from hpc.run.steps import trained_steps
 from hpc.slurm.output import tres_gpus
+from tests.doubles.ledger_lines import ledger_lines
 from tests.doubles.webhook_receiver import WebhookReceiver
 from tests.hpc.slurm_helpers import cancel, launch
 from tests.scripts.slurm_util import run_script, unique_prefix
-from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[3]

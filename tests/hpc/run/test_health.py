@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from hpc.run.steps import Step
 from hpc.run.health import HealthSettings, SettingError, check, collapsed, stalled
+from hpc.run.steps import Step
 
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=timezone.utc)
 DEFAULT = HealthSettings()

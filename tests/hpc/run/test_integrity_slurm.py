@@ -48,7 +48,7 @@ def test_runs_sharing_an_art_path_train_apart_and_init_from_starts_from_anothers
         assert result.returncode == 0, result.stderr
         jobs[name] = job_id_of(result)
     try:
-        for name, job in jobs.items():
+        for job in jobs.values():
             assert wait_for_final_state(job)["State"] == "COMPLETED"
         folders = {name: ck.model_dir(art, "email_agent", name) for name in jobs}
         assert folders["lr_a"] != folders["lr_b"]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from hpc.run import checkpoints as ck
 from hpc.job import continuation
+from hpc.run import checkpoints as ck
 from hpc.run import ownership
 from hpc.run.rundir import RunDir
-from tests.hpc.launcher.test_launch_resume import main, save, sbatch, tree  # noqa: F401 (sbatch: a fixture)
 from tests.doubles.ledger_lines import ledger_lines
+from tests.hpc.launcher.test_launch_resume import main, save, sbatch, tree  # noqa: F401 (sbatch: a fixture)
 
 
 @pytest.fixture

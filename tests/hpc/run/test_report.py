@@ -18,14 +18,14 @@ import pytest
 from hpc.job import continuation
 from hpc.run import ledger
 from hpc.run.ledger import Submit
-from hpc.run.report import FIG_SIZE, DPI, main as report_main, model_bars
+from hpc.run.report import DPI, FIG_SIZE, model_bars
+from hpc.run.report import main as report_main
 from hpc.run.rundir import RunDir
-from tests.doubles.openai_server import OpenAIServer, Reply, text, tool_call
-from tests.trainer.training.test_train import JUDGE_MODEL, Run, train_in_process
-from tests.trainer.conftest import art_e_data_dir  # noqa: F401 (a fixture)
-from tests.trainer.training.test_train import run, server  # noqa: F401 (fixtures)
-from trainer.evaluation.eval import main as eval_main
 from tests.doubles.ledger_lines import write_record
+from tests.doubles.openai_server import OpenAIServer, Reply, text, tool_call
+from tests.trainer.conftest import art_e_data_dir  # noqa: F401 (a fixture)
+from tests.trainer.training.test_train import JUDGE_MODEL, Run, run, server, train_in_process  # noqa: F401 (fixtures)
+from trainer.evaluation.eval import main as eval_main
 from trainer.training.stop_request import StopRequest
 
 pytestmark = pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")

@@ -13,11 +13,11 @@ import httpx
 import pytest
 
 from hpc.run.rundir import RunDir
+from tests.doubles.ledger_lines import ledger_lines
+from tests.doubles.openai_server import OpenAIServer
 from tests.hpc.slurm_helpers import cancel, launch
 from tests.scripts.slurm_util import run_script, wait_final
-from tests.doubles.openai_server import OpenAIServer
 from tests.trainer.serving.test_serve import INBOX, SOURCE, scripted
-from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from tests.trainer.conftest import FIXTURE_EMAILS, FIXTURE_QUESTIONS, fixture_rows
-from trainer.staging.data import DataPaths, data_paths, default_data_dir, main as data_main, prepare
-from trainer.staging.sources import SourceError, email_rows, question_rows, resolve_source
 from trainer.agent.email_db import DB_FILENAME, EmailDB
 from trainer.agent.scenarios import load_scenarios
+from trainer.staging.data import DataPaths, data_paths, default_data_dir, prepare
+from trainer.staging.data import main as data_main
+from trainer.staging.sources import SourceError, email_rows, question_rows, resolve_source
 
 REPO = Path(__file__).resolve().parents[3]
 EMAILS, QUESTIONS = fixture_rows(FIXTURE_EMAILS), fixture_rows(FIXTURE_QUESTIONS)

@@ -9,7 +9,15 @@ import pytest
 
 from trainer.staging import data as trainer_data
 from trainer.staging import model_cache
-from trainer.staging.model_cache import Repo, hub_cache, is_cached, missing_repos, offline_cache_problem, required_repos, stage
+from trainer.staging.model_cache import (
+    Repo,
+    hub_cache,
+    is_cached,
+    missing_repos,
+    offline_cache_problem,
+    required_repos,
+    stage,
+)
 
 BASE = "Qwen/Qwen2.5-14B-Instruct"
 QUANTIZED = "unsloth/qwen2.5-14b-instruct-unsloth-bnb-4bit"
@@ -100,8 +108,8 @@ def test_stage_model_with_an_unknown_config_is_one_line_exit_2(capsys) -> None:
 
 @pytest.mark.parametrize("offline", ["1", "0"])
 def test_the_trainer_checks_the_cache_only_offline_and_only_for_arts_backend(tmp_path: Path, offline: str) -> None:
-    from trainer.training.config import load_config
     from trainer.training.backend import check_models_cached
+    from trainer.training.config import load_config
     from trainer.training.exits import SetupError
 
     env = {"HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": offline}

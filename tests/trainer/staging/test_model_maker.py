@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trainer.agent.tools import TOOL_SCHEMAS
 from trainer.staging.data import main as data_main
 from trainer.staging.model_maker import (
     CHAT_TEMPLATE,
@@ -35,7 +36,6 @@ from trainer.staging.model_maker import (
     tensor_shapes,
 )
 from trainer.staging.random_weights import parameter_count, to_bfloat16, value_source, write_model_weights
-from trainer.agent.tools import TOOL_SCHEMAS
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -13,7 +13,15 @@ import pytest
 from trainer.agent.email_db import EmailDB
 from trainer.agent.scenarios import load_scenarios
 from trainer.staging.synthetic_inbox import (
-    FAMILIES, FIRST_ID, Corpus, SyntheticInboxError, generate, leaks, search_plan, write)
+    FAMILIES,
+    FIRST_ID,
+    Corpus,
+    SyntheticInboxError,
+    generate,
+    leaks,
+    search_plan,
+    write,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -61,8 +69,8 @@ def test_the_good_search_finds_only_the_right_email_and_the_weak_one_a_newer_dis
     with EmailDB(inbox_data_dir / "enron_emails.db") as db:
         for scenario in load_scenarios(inbox_data_dir, "test", limit=None):
             plan = search_plan(scenario.question)
-            search = lambda words: db.search(inbox=scenario.inbox_address, keywords=words,  # noqa: E731
-                                             sent_before=scenario.query_date)
+            def search(words: list[str], scenario=scenario) -> list:
+                return db.search(inbox=scenario.inbox_address, keywords=words, sent_before=scenario.query_date)
             assert [r.message_id for r in search(plan.good)] == list(scenario.message_ids)
             weak = search(plan.weak)
             assert weak[0].message_id != scenario.message_ids[0] and scenario.message_ids[0] in {

@@ -10,7 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hpc.launcher.jobspec import trainer_config
-from trainer.training.config import ConfigError, TrainerConfig, build_config, config_keys, known_configs, load_config, vllm_share
+from trainer.training.config import (
+    ConfigError,
+    TrainerConfig,
+    build_config,
+    config_keys,
+    known_configs,
+    load_config,
+    vllm_share,
+)
 
 
 def test_agent_008_config_has_the_published_hyperparameters() -> None:

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 from hpc.run.rundir import RunDir
+from tests.doubles.ledger_lines import ledger_lines
 from tests.doubles.openai_server import OpenAIServer, text
 from tests.hpc.slurm_helpers import cancel, launch
 from tests.scripts.slurm_util import run_script, sacct_row, wait_final
-from tests.doubles.ledger_lines import ledger_lines
 
 pytestmark = pytest.mark.slurm
 

@@ -16,10 +16,9 @@ import pytest
 from hpc.run import checkpoints as ck
 from hpc.run import ownership
 from hpc.run.rundir import RunDir
-from tests.doubles.openai_server import OpenAIServer, Reply, failure, text, tool_call
 from tests.doubles.art_backend import save_adapter
-from tests.trainer.training.test_train import JUDGE_MODEL, OVERRIDES, Run, train_in_process
-from tests.trainer.training.test_train import run, server  # noqa: F401 (fixtures)
+from tests.doubles.openai_server import OpenAIServer, Reply, failure, text, tool_call
+from tests.trainer.training.test_train import JUDGE_MODEL, OVERRIDES, Run, run, server, train_in_process  # noqa: F401 (fixtures)
 from trainer.evaluation.engine import summarize
 from trainer.training.stop_request import StopRequest
 from trainer.training.validation import best_step, is_due
@@ -199,11 +198,11 @@ def test_summaries_count_rates_over_all_questions() -> None:
 
 def test_a_stopped_evaluation_returns_none_and_cancels_its_questions(art_e_data_dir: Path) -> None:
     from trainer.agent.email_db import EmailDB
-    from trainer.evaluation.engine import evaluate
     from trainer.agent.judge import Judge
-    from trainer.serving.policy import EndpointPolicy
     from trainer.agent.rollout import AgentConfig
     from trainer.agent.scenarios import load_scenarios
+    from trainer.evaluation.engine import evaluate
+    from trainer.serving.policy import EndpointPolicy
 
     scenarios = load_scenarios(art_e_data_dir, "test", shuffle=False)
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from hpc.run.rundir import RunDir
+from tests.doubles.ledger_lines import ledger_lines
 from tests.doubles.openai_server import OpenAIServer, Reply, text
 from tests.hpc.slurm_helpers import cancel, launch
 from tests.scripts.slurm_util import wait_final
-from trainer.training.judge_ping import JUDGE_PING
 from tests.trainer.training.test_validation import PLANTED, planted_agent
-from tests.doubles.ledger_lines import ledger_lines
+from trainer.training.judge_ping import JUDGE_PING
 
 pytestmark = pytest.mark.slurm
 JUDGE = "judge-model"
