@@ -13,6 +13,7 @@ only for the settings in USER_SETTINGS. The project's own dotenv/ files set none
 from __future__ import annotations
 
 from hpc.errors import UsageError
+from hpc.job.workload_env import VARIABLES, Variable
 from hpc.launcher.envfiles import EnvLayer
 
 _LOOP = "job control's own state in the job script"
@@ -20,48 +21,52 @@ _PACK = "set by a pack job, for each run it runs"
 _TUNNEL = "set by the job's SSH tunnel block"
 _RAY = "set by the job's Ray cluster block (multi-node jobs)"
 _JUDGE = "set by the served judge's block (--judge_serve)"
-# name -> who sets it
-MANAGED = {
-    "HPC_REPO": "set by the launcher (this checkout)",
-    "HPC_CLUSTER": "set by the launcher (--cluster, or the detected cluster)",
-    "HPC_JOB_NAME": "set by the launcher (--job_name)",
-    "HPC_RUN_DIR": "set by the launcher (--runs_dir or RUNS_DIR, and --job_name)",
-    "HPC_MODEL_DIR": "set by the launcher (ART_PATH, the config's project and --job_name)",
+# Where a workload variable's value comes from when a user's layer gives it (hpc/job/workload_env.py's
+# sources): those stay the users'. NO_PROXY is the users' too: the job adds its hosts to theirs.
+USER_SOURCES = ("dotenv", "secrets.env")
+USER_EXTENDED = ("NO_PROXY",)
+# name -> who sets it: the job script's own state, beside the workload's variables (below)
+JOB_STATE = {
     "HPC_JOB_SCRIPT": "set by the launcher (the job script's own path)",
-    "HPC_NO_INTERNET": "set by the launcher (the cluster table's internet field)",
-    "HPC_SIGNAL_GRACE": "set by the launcher (--signal_grace)",
     "HPC_JUDGE_SERVED": "set by the launcher's preflight (--judge_serve)",
-    "HPC_SETUP_ERROR": "set by the job script's setup blocks",
-    "HPC_NOTIFY_PROXY": "set by the job script (the tunnel's proxy, for the webhook)",
     "HPC_WORKLOAD_ENV": _LOOP, "HPC_CLEANUP": _LOOP, "HPC_STOP_SIGNAL": _LOOP, "HPC_WORKLOAD_PID": _LOOP,
     "HPC_WATCHDOG_PID": _LOOP, "HPC_CONT_ARGS": _LOOP, "HPC_LOG_ERR": _LOOP, "HPC_RELAY_PID": _LOOP,
     "HPC_WATCH_PID": _LOOP,
-    "HPC_VLLM_PORT": _PACK, "HPC_PACK_RUNS": _PACK, "HPC_PACK_STOP_SIGNAL": _PACK, "HPC_PACK_MEMBERS": _PACK,
-    "HPC_PACK_PIDS": _PACK,
+    "HPC_PACK_MEMBERS": _PACK, "HPC_PACK_PIDS": _PACK,
     "HPC_JUDGE_DIR": _JUDGE, "HPC_JUDGE_PID": _JUDGE, "HPC_JUDGE_DEVICES": _JUDGE,
     "HPC_TUNNEL_HOST": _TUNNEL, "HPC_TUNNEL_PORT": _TUNNEL, "HPC_TUNNEL_TIMEOUT": _TUNNEL,
     "HPC_TUNNEL_SSH_OPTS": _TUNNEL, "HPC_TUNNEL_PID": _TUNNEL,
     "HPC_RAY_NODES": _RAY, "HPC_RAY_PORT": _RAY, "HPC_RAY_TEMP_ROOT": _RAY, "HPC_RAY_TEMP_DIR": _RAY,
     "HPC_RAY_STEPS": _RAY, "HPC_RAY_HOSTS": _RAY, "HPC_RAY_HEAD": _RAY, "HPC_RAY_HEAD_IP": _RAY,
-    "HPC_RAY_ADDRESS": _RAY, "RAY_ADDRESS": _RAY, "RAY_AUTH_MODE": _RAY, "RAY_AUTH_TOKEN": _RAY,
-    "RAY_USAGE_STATS_ENABLED": _RAY,
-    "CUDA_VISIBLE_DEVICES": "set by Slurm, the served judge's block and pack jobs (which GPUs each process uses)",
-    "SRUN_CPUS_PER_TASK": "set by the job script (from Slurm's allocation)",
+    "HPC_RAY_ADDRESS": _RAY,
     "HPC_HOSTNAME": "read from the launcher's own environment, not the job's "
                     "(HPC_HOSTNAME=NAME python -m hpc.launch ... picks the cluster)",
-}
-# Set by the job on clusters whose compute nodes have no internet (sbatch/_offline_network.sh.j2);
-# elsewhere a user's own. NO_PROXY is not here: the job adds its hosts to the user's.
-_PROXY = "set by the job's SSH tunnel block, for the workload"
-OFFLINE = {
-    "HF_HUB_OFFLINE": "set by the job on clusters whose compute nodes have no internet",
-    "WANDB_MODE": "set by the job on clusters whose compute nodes have no internet (offline; sync afterwards)",
-    "HTTPS_PROXY": _PROXY, "ALL_PROXY": _PROXY, "DISABLE_AIOHTTP_TRANSPORT": _PROXY,
 }
 # The HPC_* names users set (dotenv, .env, --env): each is read with a default where it is used.
 USER_SETTINGS = ("HPC_RAY_JOIN_TIMEOUT", "HPC_RAY_HOST_SUFFIX", "HPC_STOP_TIMEOUT", "HPC_SIGNAL_RELAY",
                  "HPC_WEBHOOK_URL", "HPC_WEBHOOK_TIMEOUT", "HPC_WATCH_INTERVAL", "HPC_STALL_STARTUP",
                  "HPC_STALL_MIN", "HPC_STALL_FACTOR", "HPC_COLLAPSE_STEPS")
+
+
+def set_by_job(variable: Variable) -> bool:
+    """Whether the job, not a user's layer, gives the workload this variable."""
+    return (variable.source.split(",")[0] not in USER_SOURCES and variable.name not in USER_SETTINGS
+            and variable.name not in USER_EXTENDED)
+
+
+def workload_managed() -> tuple[dict[str, str], dict[str, str]]:
+    """hpc/job/workload_env.py's variables the job sets: on every cluster, and on clusters whose
+    compute nodes have no internet only (name -> who sets it)."""
+    always: dict[str, str] = {}
+    offline: dict[str, str] = {}
+    for variable in filter(set_by_job, VARIABLES):
+        where = offline if variable.when.startswith("no internet") else always
+        where[variable.name] = f"set by the job for its workload ({variable.when}: {variable.what})"
+    return always, offline
+
+
+_WORKLOAD, OFFLINE = workload_managed()
+MANAGED = {**_WORKLOAD, **JOB_STATE}
 
 
 def who_sets(name: str, internet: bool) -> str | None:

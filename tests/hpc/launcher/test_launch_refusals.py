@@ -130,7 +130,7 @@ def test_the_settings_users_set_pass(name):
 def test_the_users_dotenv_file_may_not_set_a_managed_variable(tmp_path):
     (tmp_path / "dotenv").mkdir()
     (tmp_path / ".env").write_text("GEMINI_API_KEY=x\nexport HPC_MODEL_DIR=/etc\n")
-    with pytest.raises(UsageError, match=r"\.env sets HPC_MODEL_DIR, which is set by the launcher"):
+    with pytest.raises(UsageError, match=r"\.env sets HPC_MODEL_DIR, which is set by the job for its workload"):
         env_layers(load_registry().get("local"), [], repo_dir=tmp_path)
 
 
