@@ -132,11 +132,16 @@ class DoubleServer(ThreadingHTTPServer):
         self.closing = threading.Event()
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
+        self._handlers: list[threading.Thread] = []
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        """Each connection's handler thread is kept, so that closing can wait for it to end
+        (socketserver keeps none of its daemon threads: a handler could outlive its server)."""
+        handler = threading.Thread(target=self.process_request_thread, args=(request, client_address), daemon=True)
         with self._connections_lock:
             self._connections.add(request)
-        super().process_request(request, client_address)
+            self._handlers = [t for t in self._handlers if t.is_alive()] + [handler]
+        handler.start()
 
     def shutdown_request(self, request: Any) -> None:
         with self._connections_lock:
@@ -154,8 +159,10 @@ class DoubleServer(ThreadingHTTPServer):
             except OSError:
                 pass
         deadline = time.monotonic() + timeout
-        while self._connections and time.monotonic() < deadline:
-            time.sleep(0.01)
+        with self._connections_lock:
+            handlers = list(self._handlers)
+        for handler in handlers:
+            handler.join(timeout=max(0.0, deadline - time.monotonic()))
 
     @property
     def url(self) -> str:
