@@ -26,7 +26,6 @@ runtime a job will use, for ``setup.sh``, the dry run and the trainer.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -107,6 +106,8 @@ _ART_TORCH = re.compile(r"torch==([^+;\s]+)")
 def art_backend_torch() -> str:
     """The torch release ART's [backend] extra pins, without its ``+cu128`` label: that build
     is on PyTorch's own index only, and PyPI's build of the same release takes its place."""
+    import importlib.metadata  # here, not at the top: it costs a dry run 15 ms (email, zipfile, csv)
+
     for requirement in importlib.metadata.requires("openpipe-art") or []:
         match = _ART_TORCH.match(requirement)
         if match and "backend" in requirement:
