@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from hpc.job.workload_env import Job, job_env, run_slot_env  # noqa: E402
+from hpc.job.workload_env import Job, job_env, offline_env, run_slot_env  # noqa: E402
 from hpc.run.checkpoints import list_checkpoints  # noqa: E402
 from hpc.run.checkpoints import model_dir as art_model_dir  # noqa: E402
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir  # noqa: E402
@@ -177,9 +177,8 @@ class Work:
         cluster = load_registry().detect().cluster
         job = job_env(Job(run_dir=self.run.path, model_dir=self.model_dir, cluster=cluster.name,
                           internet=cluster.internet))
-        env = {**os.environ, **job, "ART_PATH": str(self.art), "DATA_DIR": str(self.data),
-               "JUDGE_API_BASE": self.judge_url, "JUDGE_MODEL": self.judge_model, "HF_HUB_OFFLINE": "1",
-               "WANDB_MODE": "disabled", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONUNBUFFERED": "1",
+        env = {**os.environ, **job, **offline_env(), "ART_PATH": str(self.art), "DATA_DIR": str(self.data),
+               "JUDGE_API_BASE": self.judge_url, "JUDGE_MODEL": self.judge_model, "WANDB_MODE": "disabled", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONUNBUFFERED": "1",
                "PYTHONPATH": str(REPO), **(run_slot_env(self.devices) if self.devices else {})}
         env.setdefault("ART_VLLM_RUNTIME_CACHE_DIR", dotenv_setting("ART_VLLM_RUNTIME_CACHE_DIR"))
         return {**env, **extra}
@@ -386,6 +385,14 @@ class Process:
             self._signalled = True
         return True
 
+    @property
+    def began(self) -> float:
+        """When it started (time.monotonic)."""
+        return self._began
+
+    def ended(self) -> bool:
+        return self._process is not None and self._process.poll() is not None
+
     def kill(self) -> None:
         """Kill it if it still runs (a stage that failed leaves nothing behind)."""
         if self._process is not None and self._process.poll() is None:
@@ -404,6 +411,30 @@ def run_together(processes: list[Process], timeout: float = 900) -> list[tuple[i
         process.start()
     try:
         while any([process.running(timeout) for process in processes]):
+            time.sleep(0.5)
+    finally:
+        for process in processes:
+            process.kill()
+    return [process.result() for process in processes]
+
+
+def run_when_ready(processes: list[Process], ready: list[Callable[[], bool]], timeout: float = 900,
+                   most_wait: float = 600) -> list[tuple[int, str, float]]:
+    """As ``run_together``, but each process starts once its ``ready`` holds, or after ``most_wait``
+    seconds whatever it says: a vLLM sizes its KV cache from what it sees allocated on its GPU while
+    it starts, and one that started beside another vLLM starting on the same GPU found -0.68 GiB
+    left for it and did not start (an H100, 2026-11-27). ``timeout`` counts from the call for all."""
+    began = time.monotonic()
+    waiting = set(range(len(processes)))
+    try:
+        while True:
+            for index in sorted(waiting):
+                if ready[index]() or time.monotonic() - began > most_wait:
+                    processes[index].start()
+                    waiting.discard(index)
+            started = [process for index, process in enumerate(processes) if index not in waiting]
+            if not any([process.running(timeout - (process.began - began)) for process in started]) and not waiting:
+                break
             time.sleep(0.5)
     finally:
         for process in processes:

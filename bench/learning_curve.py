@@ -12,19 +12,22 @@ On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no downlo
 1. data: ``trainer.data make-inboxes`` (synthetic inboxes, split by inbox: no held-out inbox,
    question or answer in the train split) staged by ``trainer.data prepare``;
 2. model: ``trainer.data make-model --size inbox`` warmed up by ``trainer.warmup --policy
-   inbox-mix``: the tool format from scripted conversations of which only a quarter search
-   well (trainer/staging/inbox_policy.py), the room RL has to improve;
-3. scripted: that policy on the validation questions with the real tools (its accuracy is
-   the known starting point);
-4. runs: ``trainer.train --config learning_curve`` with ART's LocalBackend, three at once: seeds
-   1 and 2, and a control identical to seed 1 but for learning_rate 0. Each validates on the
+   inbox-mix``: the tool format from scripted conversations of which only half search well
+   (trainer/staging/inbox_policy.py), the room RL has to improve;
+3. first turns: what the warmed model's first turn is on held-out questions, sampled as rollouts
+   sample (trainer/staging/first_turns.py); no run starts on a model that rarely searches well;
+4. scripted: that policy on the validation questions with the real tools (its accuracy is
+   the scripted starting point);
+5. runs: ``trainer.train --config learning_curve`` with ART's LocalBackend, side by side: seeds
+   1 and 2, and a control identical to seed 1 but for learning_rate 0 (a run whose vLLM shares a
+   GPU with an earlier run's starts once that one has registered). Each validates on the
    held-out questions at step 0 and every ``eval_steps`` steps. The judge is the GPU proof's
    string match (every word of the reference in the answer) served on loopback by
    tests/doubles/openai_server.py: the trainer's own judge code path (litellm, cache, retries)
    asks it. One GPU: shared mode (vLLM sleeps while Unsloth trains), all three on it, each
    vLLM with a small memory share. Two GPUs: dedicated mode, the runs' training and vLLM
    crossed over the two (a run trains on one and samples from the other);
-5. collect: ``docs/results/learning_curve.json`` from the runs' validation records and
+6. collect: ``docs/results/learning_curve.json`` from the runs' validation records and
    ``learning_curve.png`` from the JSON, and the targets, met or not: every seed rises at
    least 20 points from its first to its last point with 95% (Wilson) intervals apart, the
    control less than 5.
@@ -47,6 +50,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -60,7 +64,7 @@ from bench.gpu_proof_kit import (  # noqa: E402
     command,
     last_lines,
     node_gpus,
-    run_together,
+    run_when_ready,
     say,
     string_match_verdict,
     trained_steps,
@@ -73,15 +77,23 @@ SEEDS = (1, 2)  # fixed before any run: never picked after the fact
 CONTROL = "control"
 DATA_SEED = 0
 TRAIN_INBOXES, HELDOUT_INBOXES = 600, 100
-WARMUP = {"batch_size": 16, "learning_rate": 2e-3}
-WARMUP_STEPS = 2000  # --warmup_steps: 32,000 draws from 7,200 distinct conversations
+# The warm-up: half its conversations search well (seen on an H100, 2026-11-27: a quarter for 2000 steps
+# gave a model that searched well in 0 of 100 held-out first turns at temperature 1, and its runs
+# never got a right answer in 36 steps; half for 3000 steps gave 7 of 100). The first-turns stage
+# measures what the model actually does before any run starts.
+WARMUP = {"batch_size": 16, "learning_rate": 2e-3, "good_share": 0.5}
+WARMUP_STEPS = 6000  # --warmup_steps: 96,000 draws from 7,200 distinct conversations
+FIRST_TURN_QUESTIONS = 200  # held-out questions the first-turns stage samples (trainer.staging.first_turns)
+MIN_GOOD_SEARCHES = 0.02  # below this share of good first searches RL has nothing to reinforce: no run starts
 RESULTS = REPO / "docs" / "results"
-# Planning figures in seconds (docs/training.md). Measured on an H100, 2026-11-27, by this bench: the data
-# 10 s; make-model and the warm-up's 2000 steps 100 s; three runs registering at once on the one GPU 292 s
-# (one alone: 105 s). From the GPU proof's H100 run: a shared step 27 s; from an H200: a dedicated step 6 s.
-# Not yet measured: a validation of the held-out questions.
-ESTIMATE = {"data": 15, "model": 110, "scripted": 5, "register": 300, "validation": 30,
-            "step_shared": 27.0, "step_dedicated": 6.0, "collect": 10}
+# Planning figures in seconds (docs/training.md). Measured by this bench on H100s, 2026-11-27: the data
+# 10 s; the model stage 136 s with 2000 warm-up steps in 91 s (so about 320 s with 6000); three runs
+# registering at once on one GPU 292 s (one alone: 105 s), two at once on two GPUs in dedicated mode
+# 218 s; a dedicated step 7.6-11 s; a validation of the 600 held-out questions 31-50 s. From the GPU
+# proof's H100 run: a shared step 27 s. Runs whose vLLMs share a GPU register one after the other
+# (run_when_ready): on two GPUs the control waits for seed 1.
+ESTIMATE = {"data": 15, "model": 320, "first_turns": 30, "scripted": 5, "register": 360, "validation": 45,
+            "step_shared": 27.0, "step_dedicated": 11.0, "collect": 10}
 MIN_POINTS = 2  # a curve needs a first and a last held-out point
 SIGNAL_WAIT = 120  # after the deadline: SIGUSR1, then this long for the step being trained to be saved
 BOUNDARY_MARGIN = 30  # the config's boundary_margin_seconds: the trainer's last step ends this long before
@@ -96,6 +108,11 @@ class RunSpec:
     learning_rate: float | None  # None: the config's
     devices: str
     port: int
+
+    @property
+    def vllm_gpu(self) -> str:
+        """The GPU its vLLM uses: the second of two (dedicated mode trains on the first), else its one."""
+        return self.devices.split(",")[-1]
 
     def overrides(self, model: Path, gpu_mode: str) -> list[str]:
         lr = [] if self.learning_rate is None else [f"learning_rate={self.learning_rate}"]
@@ -164,7 +181,7 @@ class Plan:
 def plan_of(gpus: list[str], minutes: float) -> Plan:
     config = config_values()
     step = ESTIMATE["step_shared" if gpu_mode(gpus) == "shared" else "step_dedicated"]
-    before = ESTIMATE["data"] + ESTIMATE["model"] + ESTIMATE["scripted"] + ESTIMATE["register"]
+    before = sum(ESTIMATE[part] for part in ("data", "model", "first_turns", "scripted", "register"))
     total = config["training_dataset_size"] // config["groups_per_step"] * config["num_epochs"]
     return Plan(gpus, minutes, step, before, config["eval_steps"] * step + ESTIMATE["validation"], total,
                 config["eval_steps"])
@@ -190,14 +207,18 @@ def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS
         f"  data      make-inboxes ({TRAIN_INBOXES} train, {HELDOUT_INBOXES} held-out inboxes, seed {DATA_SEED}) "
         f"+ prepare: ~{ESTIMATE['data']} s",
         f"  model     make-model --size inbox, warm-up {warmup_steps} steps of {WARMUP['batch_size']} "
-        f"(lr {WARMUP['learning_rate']:g}, 25% good searches): ~{ESTIMATE['model']} s",
+        f"(lr {WARMUP['learning_rate']:g}, {WARMUP['good_share']:.0%} good searches): ~{ESTIMATE['model']} s",
+        f"  first     its first turns on {FIRST_TURN_QUESTIONS} held-out questions at temperature "
+        f"{config['temperature']:g}: no run starts below {MIN_GOOD_SEARCHES:.0%} good searches: "
+        f"~{ESTIMATE['first_turns']} s",
         f"  scripted  the warm-up's policy on the {config['val_set_size']} validation questions: ~{ESTIMATE['scripted']} s",
         "  runs      " + "; ".join(f"{r.name} (seed {r.seed}{', lr 0' if r.learning_rate == 0 else ''}, "
-                                    f"CUDA_VISIBLE_DEVICES={r.devices})" for r in runs) + ", all at once",
+                                    f"CUDA_VISIBLE_DEVICES={r.devices})" for r in runs),
+        "            side by side; runs whose vLLMs share a GPU register one after the other",
         f"            config {CONFIG}: lr {config['learning_rate']:g}, {config['groups_per_step']} groups x "
         f"{config['trajectories_per_group']} rollouts a step, {plan.total_steps} steps, validation on "
         f"{config['val_set_size']} held-out questions at step 0 and every {config['eval_steps']}",
-        f"            register ~{ESTIMATE['register']} s (three at once), a step ~{plan.step:g} s, a validation "
+        f"            register ~{ESTIMATE['register']} s (all three), a step ~{plan.step:g} s, a validation "
         f"~{ESTIMATE['validation']} s",
         f"            expected before the deadline: ~{plan.steps} steps, validations at {plan.validations}",
         f"  collect   {RESULTS.relative_to(REPO)}/learning_curve.json and .png: ~{ESTIMATE['collect']} s",
@@ -239,8 +260,34 @@ def make_model(work: Work, warmup_steps: int = WARMUP_STEPS) -> list[str]:
 
 def scripted(work: Work) -> list[str]:
     output = command(work, "scripted", ["-m", "trainer.staging.inbox_policy", "--data_dir", str(work.data), "--split",
-                                        "test", "--limit", str(config_values()["val_set_size"])])
+                                        "test", "--limit", str(config_values()["val_set_size"]),
+                                        "--good_share", str(WARMUP["good_share"])])
     return output.strip().splitlines()[-1:]
+
+
+def first_turns(work: Work) -> list[str]:
+    """The warmed model's first turns on held-out questions, sampled as its rollouts will be; raises
+    ProofFailed when it too rarely searches well for RL to have anything to reinforce."""
+    out = work.root / "first_turns.json"
+    config = config_values()
+    output = command(work, "first-turns", ["-m", "trainer.staging.first_turns", str(work.model), "--data_dir",
+                                           str(work.data), "--questions", str(FIRST_TURN_QUESTIONS), "--temperature",
+                                           str(config["temperature"]), "--max_turns", str(config["max_turns"]),
+                                           "--out", str(out)])
+    line = output.strip().splitlines()[-1]
+    problem = too_few_good_searches(json.loads(out.read_text()))
+    if problem:
+        raise ProofFailed(f"{line}; {problem}")
+    return [line]
+
+
+def too_few_good_searches(found: dict) -> str | None:
+    """Why no run should start on this model, or None."""
+    good = found["counts"].get("good", 0) / max(1, found["questions"])
+    if good >= MIN_GOOD_SEARCHES:
+        return None
+    return (f"good searches {good:.1%} < {MIN_GOOD_SEARCHES:.0%}: groups whose rollouts all search alike teach "
+            f"nothing about searching, so no run starts (a longer warm-up: --warmup_steps)")
 
 
 def trainers(work: Work, gpus: list[str], deadline: float, extra: tuple[str, ...] = (),
@@ -259,9 +306,26 @@ def trainers(work: Work, gpus: list[str], deadline: float, extra: tuple[str, ...
     return processes
 
 
+def registered_or_ended(work: Work, name: str, process: Process) -> Callable[[], bool]:
+    return lambda: process.ended() or bool(work.for_run(name).run.read_startups())
+
+
+def start_conditions(work: Work, gpus: list[str], processes: list[Process]) -> list[Callable[[], bool]]:
+    """Each run starts once every earlier run whose vLLM shares its GPU has registered (or ended)."""
+    specs = run_specs(gpus)
+    conditions = []
+    for index, spec in enumerate(specs):
+        earlier = [registered_or_ended(work, other.name, process) for other, process in
+                   zip(specs[:index], processes[:index]) if other.vllm_gpu == spec.vllm_gpu]
+        conditions.append(lambda earlier=earlier: all(condition() for condition in earlier))
+    return conditions
+
+
 def train_runs(work: Work, gpus: list[str], deadline: float, extra: tuple[str, ...] = (), **env: str) -> list[str]:
+    processes = trainers(work, gpus, deadline, extra, **env)
     try:
-        ended = run_together(trainers(work, gpus, deadline, extra, **env), timeout=deadline - time.time() + SIGNAL_WAIT)
+        ended = run_when_ready(processes, start_conditions(work, gpus, processes),
+                               timeout=deadline - time.time() + SIGNAL_WAIT)
     except ProofFailed as error:  # still running past the deadline and the wait: killed; what was saved stays
         return [f"stopped: {error}"]
     return [f"{spec.name}: exit {code} after {seconds:.0f} s; {last_lines(log, 1)}"
@@ -269,6 +333,20 @@ def train_runs(work: Work, gpus: list[str], deadline: float, extra: tuple[str, .
 
 
 # -- results -------------------------------------------------------------------------------------------
+
+
+DEVICE_FILE = "device.json"  # in WORK: the GPUs the runs had, written before they start
+
+
+def record_device(work: Work, gpus: list[str]) -> None:
+    """The runs' GPUs by name, kept with their records: ``collect`` run later, or on another
+    machine from a copy of WORK, still names the card that measured them."""
+    (work.root / DEVICE_FILE).write_text(json.dumps({"device": device_name(gpus), "gpus": gpus}) + "\n")
+
+
+def recorded_device(work: Work, gpus: list[str]) -> str:
+    path = work.root / DEVICE_FILE
+    return json.loads(path.read_text())["device"] if path.is_file() else device_name(gpus)
 
 
 def device_name(gpus: list[str]) -> str:
@@ -293,12 +371,12 @@ def collect(work: Work, out: Path | None, gpus: list[str]) -> tuple[list[str], b
     """The JSON (from the run directories) and the picture (from the JSON), in WORK/results and ``out``;
     its lines, and whether every target was met."""
     runs = {spec.seed: work.for_run(spec.name).run for spec in run_specs(gpus) if spec.name != CONTROL}
-    data = results(device_name(gpus), model_description(work), time.strftime("%Y-%m-%d", time.gmtime()), runs,
-                   work.for_run(CONTROL).run)
+    data = results(recorded_device(work, gpus), model_description(work), time.strftime("%Y-%m-%d", time.gmtime()),
+                   runs, work.for_run(CONTROL).run)
     lines = []
     for folder in [work.root / "results"] + ([out] if out else []):
-        png = plot(data, folder / "learning_curve.png")
-        lines.append(f"wrote {write_json(data, folder / 'learning_curve.json')} and {png}")
+        written = write_json(data, folder / "learning_curve.json")  # first: a picture that fails keeps the figures
+        lines.append(f"wrote {written} and {plot(data, folder / 'learning_curve.png')}")
     checked = verdicts(data)
     return lines + lora_lines(work) + [verdict.line() for verdict in checked], all(v.met for v in checked)
 
@@ -389,6 +467,15 @@ def default_gpus() -> list[str]:
     return (node_gpus() or ["0"])[:2]
 
 
+def before_runs(work: Work, warmup_steps: int) -> None:
+    """The stages before the runs, each logged; ProofFailed stops the bench."""
+    for name, function in (("data", make_data), ("model", lambda w: make_model(w, warmup_steps)),
+                           ("first turns", first_turns), ("scripted", scripted)):
+        stage(work, name)
+        for line in function(work):
+            say(f"  {line}")
+
+
 def run_all(args: argparse.Namespace) -> int:
     from tests.doubles.openai_server import OpenAIServer
 
@@ -399,11 +486,13 @@ def run_all(args: argparse.Namespace) -> int:
         say(line)
     with OpenAIServer(string_match_verdict) as judge:
         work = Work(args.work, judge.base_url)
-        for name, function in (("data", make_data), ("model", lambda w: make_model(w, args.warmup_steps)),
-                               ("scripted", scripted)):
-            stage(work, name)
-            for line in function(work):
-                say(f"  {line}")
+        try:
+            before_runs(work, args.warmup_steps)
+        except ProofFailed as error:  # nothing measured: no results written
+            say(f"  {error}")
+            stage(work, f"stopped before the runs after {(time.time() - began) / 60:.1f} min")
+            return 1
+        record_device(work, args.gpus)
         stage(work, "runs")
         for line in train_runs(work, args.gpus, deadline):
             say(f"  {line}")

@@ -65,7 +65,10 @@ def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
     p = correct / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # the ends exactly: at 0/n centre - half is 0 only up to rounding (seen 1e-17 above it)
+    low = 0.0 if correct <= 0 else max(0.0, centre - half)
+    high = 1.0 if correct >= n else min(1.0, centre + half)
+    return low, high
 
 
 @dataclass(frozen=True)
@@ -165,8 +168,9 @@ def draw_series(axis: Any, label: str, points: list[dict[str, int]], color: str,
     steps = [p["step"] for p in points]
     rates = [100 * p["correct"] / p["n"] for p in points]
     intervals = [wilson(p["correct"], p["n"]) for p in points]
-    below = [rate - 100 * low for rate, (low, _) in zip(rates, intervals)]
-    above = [100 * high - rate for rate, (_, high) in zip(rates, intervals)]
+    # matplotlib refuses a negative error bar: a rounding error at 0% must not lose the picture
+    below = [max(0.0, rate - 100 * low) for rate, (low, _) in zip(rates, intervals)]
+    above = [max(0.0, 100 * high - rate) for rate, (_, high) in zip(rates, intervals)]
     axis.errorbar(steps, rates, yerr=[below, above], color=color, linestyle=style, marker=marker, capsize=3,
                   label=label)
 

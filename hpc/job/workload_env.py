@@ -51,6 +51,8 @@ VARIABLES: tuple[Variable, ...] = (
              "the job's --signal_grace: the stop-at-boundary rule's deadline (hpc/job/deadline.py)"),
     Variable("HF_HUB_OFFLINE", "no internet", "offline_env", "1: Hugging Face loads from its cache only"),
     Variable("WANDB_MODE", "no internet", "offline_env", "offline: W&B writes offline runs (wandb sync later)"),
+    Variable("WANDB_ERROR_REPORTING", "no internet", "offline_env",
+             "false: W&B sends no crash reports (each try at exit waited on retries that cannot reach Sentry)"),
     Variable("HTTPS_PROXY", "no internet, through the tunnel", "_offline_network.sh.j2",
              "the SOCKS tunnel, to the workload only"),
     Variable("ALL_PROXY", "no internet, through the tunnel", "_offline_network.sh.j2",
@@ -123,8 +125,10 @@ def job_env(job: Job) -> dict[str, str]:
 
 
 def offline_env() -> dict[str, str]:
-    """What a job on a node without internet exports for everything it runs: Hugging Face and W&B offline."""
-    return {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    """What a job on a node without internet exports for everything it runs: Hugging Face and W&B offline,
+    and W&B's crash reports off (ART imports wandb, which tried Sentry three times as a run ended on an
+    offline GPU node, even with WANDB_MODE set)."""
+    return {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "WANDB_ERROR_REPORTING": "false"}
 
 
 def run_slot_env(devices: str, vllm_port: str | None = None) -> dict[str, str]:

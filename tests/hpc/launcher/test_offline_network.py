@@ -31,6 +31,7 @@ from tests.hpc.sshd_helpers import _free_port, local_sshd, require_openssh  # no
 def test_offline_cluster_gets_the_tunnel_and_offline_variables(capsys, runs):
     script = ok_script(capsys, runs, "--gpus_per_node", "4", cluster="jureca", nodes=2)
     assert "export HF_HUB_OFFLINE=1\n" in script and "export WANDB_MODE=offline\n" in script
+    assert "export WANDB_ERROR_REPORTING=false\n" in script  # W&B retried Sentry at exit on an offline node
     assert "HPC_TUNNEL_HOST=jureca.fz-juelich.de\n" in script and "HPC_TUNNEL_PORT=1080\n" in script
     assert "HPC_TUNNEL_TIMEOUT=30\n" in script
     assert ('ssh "${HPC_TUNNEL_SSH_OPTS[@]}" -N -D "127.0.0.1:$HPC_TUNNEL_PORT" -o BatchMode=yes '
@@ -71,6 +72,7 @@ def test_judge_inside_the_cluster_skips_the_tunnel_but_stays_offline(capsys, run
     assert "ssh " not in script and "HTTPS_PROXY" not in script
     assert "JUDGE_API_BASE is set (judge served inside the cluster): no SSH tunnel" in script
     assert "export HF_HUB_OFFLINE=1\n" in script and "export WANDB_MODE=offline\n" in script
+    assert "export WANDB_ERROR_REPORTING=false\n" in script  # W&B retried Sentry at exit on an offline node
 
 
 def test_cluster_with_internet_has_no_network_block(capsys, runs):
