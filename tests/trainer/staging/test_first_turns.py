@@ -52,19 +52,6 @@ def inbox_model(tmp_path_factory: pytest.TempPathFactory, inbox_data_dir: Path) 
     return out
 
 
-def test_the_command_counts_every_questions_first_turn_and_writes_them_as_json(
-        inbox_model: Path, inbox_data_dir: Path, tmp_path: Path, backend_python: Path) -> None:
-    out = tmp_path / "first_turns.json"
-    result = subprocess.run([str(backend_python), "-m", "trainer.staging.first_turns", str(inbox_model), "--data_dir",
-                             str(inbox_data_dir), "--questions", "3", "--out", str(out)], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"},
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    found = json.loads(out.read_text())
-    assert found["questions"] == 3 and sum(found["counts"].values()) == 3 and found["temperature"] == 1.0
-    assert result.stdout.strip().splitlines()[-1].startswith("first turns of model on 3 held-out questions")
-
-
 @pytest.mark.parametrize("args, expected", [(["--questions", "0"], "invalid --questions 0"),
                                             (["--temperature", "-1"], "--temperature -1"),
                                             (["--model_is_missing"], "")])
@@ -81,13 +68,15 @@ def test_bad_input_is_a_one_line_error_with_exit_2(tmp_path: Path, inbox_data_di
     assert result.returncode == 2 and (expected or f"invalid model {str(model)!r}") in last
 
 
-BATCHED_CHECK = """
+
+COMMAND_AND_BATCHES = """
 import sys
 from pathlib import Path
 from trainer.agent.rollout import AgentConfig
 from trainer.staging import first_turns
 from trainer.staging.scripted_moves import opening
-model, data = Path(sys.argv[1]), Path(sys.argv[2])
+model, data, out = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+assert first_turns.main([str(model), "--data_dir", str(data), "--questions", "3", "--out", out]) == 0
 prompts = [opening(s, AgentConfig(max_turns=4)) for s in first_turns.held_out(data, 5)]
 together = first_turns.generated(model, prompts, 0.0, 0)
 first_turns.BATCH = 1
@@ -95,11 +84,17 @@ print(sum(a == b for a, b in zip(together, first_turns.generated(model, prompts,
 """
 
 
-def test_prompts_generated_together_give_what_each_gives_alone(inbox_model: Path, inbox_data_dir: Path,
-                                                               backend_python: Path) -> None:
-    """Left padding: a batch's turns are read from where each prompt ends, not from a shorter prompt's end."""
-    result = subprocess.run([str(backend_python), "-c", BATCHED_CHECK, str(inbox_model), str(inbox_data_dir)], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"},
+def test_the_command_counts_each_questions_first_turn_generated_together_as_each_alone(
+        inbox_model: Path, inbox_data_dir: Path, tmp_path: Path, backend_python: Path) -> None:
+    """The counts add up to the questions and go to --out as JSON; left padding: a batch's turns are
+    read from where each prompt ends, so greedy turns generated together equal those made one by one."""
+    out = tmp_path / "first_turns.json"
+    result = subprocess.run([str(backend_python), "-c", COMMAND_AND_BATCHES, str(inbox_model), str(inbox_data_dir),
+                             str(out)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"},
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == "5 5"
+    found = json.loads(out.read_text())
+    assert found["questions"] == 3 and sum(found["counts"].values()) == 3 and found["temperature"] == 1.0
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("first turns of model on 3 held-out questions at temperature 1: ")
+    assert lines[-1] == "5 5"
