@@ -264,14 +264,12 @@ class CountingForwarder:
     the asking side (the judge's own access log counts what it answered). A context manager."""
 
     def __init__(self, target: str) -> None:
-        from http.server import ThreadingHTTPServer
+        from tests.doubles.openai_server import DoubleServer  # keeps each connection's handler, to end them all
 
         self.target = target.rstrip("/")
         self.counts: Counter[tuple[str, int]] = Counter()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _forwarding_handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._server = DoubleServer(("127.0.0.1", 0), _forwarding_handler(self))
 
     @property
     def base_url(self) -> str:
@@ -287,12 +285,16 @@ class CountingForwarder:
             self.counts[(path, status)] += 1
 
     def __enter__(self) -> "CountingForwarder":
-        self._thread.start()
+        self._server.start_in_thread("counting-forwarder")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        """Stop serving and end every connection's handler: a kept-alive client's handler thread
+        outlived the forwarder and was counted by a later test's thread check."""
+        self._server.stop()
+
+    def handlers_alive(self) -> int:
+        return sum(thread.is_alive() for thread in self._server._handlers)
 
 
 def _forwarding_handler(forwarder: CountingForwarder) -> type:

@@ -392,6 +392,10 @@ def status_lines(work: Work, gpus: list[str]) -> list[str]:
     current = json.loads(stage_file.read_text())
     lines = [f"stage {current['stage']} since {time.strftime('%H:%M:%S', time.localtime(current['time']))} "
              f"({time.time() - current['time']:.0f} s)"]
+    if (work.root / "first_turns.json").is_file():
+        from trainer.staging.first_turns import FirstTurns
+
+        lines.append(f"  {FirstTurns(**json.loads((work.root / 'first_turns.json').read_text())).line()}")
     for spec in run_specs(gpus):
         run = work.for_run(spec.name).run
         steps, validations = run.read_steps(), run.read_validations()

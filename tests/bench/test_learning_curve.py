@@ -151,6 +151,15 @@ def test_status_before_any_bench_says_so(tmp_path: Path) -> None:
     assert bench.status_lines(Work(tmp_path), ["0"]) == [f"no bench in {tmp_path} yet"]
 
 
+def test_status_shows_how_the_warmed_models_first_turns_search(tmp_path: Path) -> None:
+    work = Work(tmp_path)
+    bench.stage(work, "scripted")
+    (tmp_path / "first_turns.json").write_text(json.dumps(
+        {"model": "model", "questions": 200, "temperature": 1.0, "counts": {"good": 14, "weak": 186}}))
+    assert "  first turns of model on 200 held-out questions at temperature 1: good 7.0%, weak 93.0%" in \
+        bench.status_lines(work, ["0"])
+
+
 # -- the runs stage on CPU -------------------------------------------------------------------------------------
 
 
