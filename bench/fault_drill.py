@@ -49,6 +49,7 @@ import resubmit_goodput as rg  # bench/ is on sys.path when this script runs
 from hpc.run import ledger
 from hpc.run.ledger import By, Cancelled, JobEnd, JobStart, Requeue
 from hpc.run.rundir import RunDir
+from hpc.slurm import calls  # the one place that runs Slurm's commands
 from tests.doubles import slurm_faults
 from tests.doubles.step_trainer import read_steps
 
@@ -133,7 +134,7 @@ def after_steps(action: Callable[[str], object]) -> Callable[[Drill], None]:
 
 
 def scancel_then_relaunch(d: Drill) -> None:
-    after_steps(lambda job: subprocess.run(["scancel", job], check=True, timeout=30))(d)
+    after_steps(lambda job: calls.cancel([job]))(d)
     wait_until(lambda: bool(ledger.of_kind(ledger.read(d.run), Cancelled))
                and not rg.ACTIVE & rg.queue_states(all_job_ids(d.run)), 120, "the cancel to settle")
     sample_status(d)  # what status.sh says of the stopped run
@@ -294,8 +295,7 @@ OTHER_DRILLS = [
     Drill("batch_script_killed", 12, 3, [], after_steps(slurm_faults.kill_batch_script)),
     Drill("oom_kill_of_job", 12, 3, [], after_steps(slurm_faults.kill_job_processes)),
     Drill("scancel", 12, 3, [], scancel_then_relaunch, continues=False),
-    Drill("requeue", 12, 3, [], after_steps(lambda job: subprocess.run(["scontrol", "requeue", job], check=True,
-                                                                         timeout=30))),
+    Drill("requeue", 12, 3, [], after_steps(lambda job: calls.requeue(job, in_job=False))),
 ]
 
 
@@ -315,9 +315,11 @@ def run_phase(drills: list[Drill], runs_dir: Path, timeout: float, before: Calla
 def hold_the_other_node(drills: list[Drill]) -> Callable[[], None]:
     """Fill n2 until both node drills' jobs run, so they share n1 and one kill serves both."""
     def before() -> None:
-        filler = subprocess.run(["sbatch", "--parsable", "--nodelist=n2", "--cpus-per-task=2", "--job-name=drill_fill",
-                                 "--output=/dev/null", "--wrap", "sleep 300"], capture_output=True, text=True,
-                                timeout=60).stdout.strip()
+        script = drills[0].run.path.parent / "drill_fill.sh"  # run_phase named the runs before this
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text("#!/bin/sh\nsleep 300\n")
+        filler = calls.submit(script, options=("--nodelist=n2", "--cpus-per-task=2", "--job-name=drill_fill",
+                                               "--output=/dev/null"))
         wait_until(lambda: rg.queue_states([filler]) == {"RUNNING"}, 60, "the filler job to hold n2")
 
         def release() -> None:
@@ -326,7 +328,7 @@ def hold_the_other_node(drills: list[Drill]) -> Callable[[], None]:
                            "both node drills to start")
             except TimeoutError:
                 pass
-            subprocess.run(["scancel", filler], capture_output=True, timeout=30)
+            rg.cancel_quietly([filler])
 
         threading.Thread(target=release, daemon=True).start()
     return before
@@ -346,7 +348,7 @@ def main() -> int:
         rows = [row_of(d) for d in NODE_DRILLS + OTHER_DRILLS]
         leftover = [j for d in NODE_DRILLS + OTHER_DRILLS for j in all_job_ids(d.run)] if runs_dir.exists() else []
         if leftover:
-            subprocess.run(["scancel", *leftover], capture_output=True, timeout=30)
+            rg.cancel_quietly(leftover)
     print()
     return 0 if report(rows) else 1
 

@@ -178,8 +178,9 @@ class Work:
         job = job_env(Job(run_dir=self.run.path, model_dir=self.model_dir, cluster=cluster.name,
                           internet=cluster.internet))
         env = {**os.environ, **job, **offline_env(), "ART_PATH": str(self.art), "DATA_DIR": str(self.data),
-               "JUDGE_API_BASE": self.judge_url, "JUDGE_MODEL": self.judge_model, "WANDB_MODE": "disabled", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": str(REPO), **(run_slot_env(self.devices) if self.devices else {})}
+               "JUDGE_API_BASE": self.judge_url, "JUDGE_MODEL": self.judge_model, "WANDB_MODE": "disabled",
+               "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO),
+               **(run_slot_env(self.devices) if self.devices else {})}
         env.setdefault("ART_VLLM_RUNTIME_CACHE_DIR", dotenv_setting("ART_VLLM_RUNTIME_CACHE_DIR"))
         return {**env, **extra}
 
@@ -294,7 +295,7 @@ class CountingForwarder:
         self._server.stop()
 
     def handlers_alive(self) -> int:
-        return sum(thread.is_alive() for thread in self._server._handlers)
+        return self._server.handlers_alive()
 
 
 def _forwarding_handler(forwarder: CountingForwarder) -> type:

@@ -34,7 +34,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,6 +43,7 @@ if str(REPO) not in sys.path:
 from hpc.run import ledger  # noqa: E402
 from hpc.run.ledger import Chain, JobEnd, JobStart, Resubmit, Submit, Successor  # noqa: E402
 from hpc.run.rundir import RunDir  # noqa: E402
+from hpc.slurm import calls  # noqa: E402  (the one place that runs Slurm's commands)
 from tests.doubles.step_trainer import TrainedStep, read_steps  # noqa: E402
 
 MODES = ("requeue", "afterany", "chain")
@@ -113,9 +113,8 @@ def job_ids(run: RunDir) -> list[str]:
 
 
 def queue_states(ids: list[str]) -> set[str]:
-    out = subprocess.run(["squeue", "-h", "-o", "%T", "-j", ",".join(ids)], capture_output=True, text=True,
-                         timeout=30).stdout
-    return set(out.split())
+    """The states of these jobs still in the queue (JobState is a str: compares with ACTIVE's)."""
+    return set(calls.queue_states(ids, timeout=30).values())
 
 
 def settled(run: RunDir) -> bool:
@@ -128,19 +127,10 @@ def settled(run: RunDir) -> bool:
 
 def job_runs(ids: list[str]) -> list[JobRun]:
     """Every run of the jobs (-D: also those a requeue ended), oldest first."""
-    out = subprocess.run(["sacct", "-X", "-D", "-n", "-P", "-j", ",".join(ids),
-                          "-o", "JobID,State,Start,End,ElapsedRaw"], capture_output=True, text=True, timeout=30).stdout
-    runs = []
-    for line in out.splitlines():
-        job, state, start, end, elapsed = line.split("|")
-        if start in ("Unknown", "None") or end in ("Unknown", "None"):
-            continue  # never started (a chained job cancelled), or not ended yet
-        runs.append(JobRun(job, state.split()[0], _epoch(start), _epoch(end), int(elapsed)))
+    runs = [JobRun(row.job_id, str(row.state), row.start.timestamp(), row.end.timestamp(), row.elapsed)
+            for row in calls.job_runs(ids, timeout=30)
+            if row.start is not None and row.end is not None]  # not: never started, or not ended yet
     return sorted(runs, key=lambda r: r.start)
-
-
-def _epoch(text: str) -> float:
-    return datetime.fromisoformat(text).timestamp()  # sacct prints local time, as time.time() counts
 
 
 def wait_for_accounting(run: RunDir, timeout: float = 60) -> list[JobRun]:
@@ -292,7 +282,15 @@ def launch_and_wait(commands: dict[str, list[str]], runs: dict[str, RunDir], tim
     finally:
         leftover = [j for run in runs.values() if run.path.exists() for j in job_ids(run)]
         if leftover:
-            subprocess.run(["scancel", *leftover], capture_output=True, timeout=30)
+            cancel_quietly(leftover)
+
+
+def cancel_quietly(ids: list[str]) -> None:
+    """Clean up after a bench: a job that already left the queue is no error."""
+    try:
+        calls.cancel(ids)
+    except calls.SlurmError:
+        pass
 
 
 if __name__ == "__main__":

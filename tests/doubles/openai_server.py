@@ -164,6 +164,11 @@ class DoubleServer(ThreadingHTTPServer):
         for handler in handlers:
             handler.join(timeout=max(0.0, deadline - time.monotonic()))
 
+    def handlers_alive(self) -> int:
+        """Connections' handler threads still running."""
+        with self._connections_lock:
+            return sum(handler.is_alive() for handler in self._handlers)
+
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
