@@ -3,6 +3,7 @@ calls against the project's real local Slurm."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -109,3 +110,18 @@ def test_slurm_refusing_a_job_is_one_line_with_its_reason(slurm: None, tmp_path:
     with pytest.raises(calls.SlurmFailed, match=r"^sbatch of .*job.sh failed \(exit 1\): .*configuration"):
         calls.submit(script)
     assert calls.show_job("4000000") is None
+
+
+# an argument list that starts with a Slurm command (not an index such as filters["sbatch"])
+SLURM_ARGV = re.compile(r"""(?<![\w\])])\[\s*["'](sbatch|squeue|sacct|scontrol|scancel|sinfo)["']""")
+
+
+def test_no_python_outside_hpc_slurm_runs_a_slurm_command() -> None:
+    """One place calls Slurm (docs/design.md, "The Slurm layer"): the launcher, the job's hooks,
+    the trainer, the monitor and the benches all go through hpc/slurm/calls.py."""
+    repo = Path(__file__).resolve().parents[3]
+    sources = [path for folder in ("hpc", "trainer", "bench") for path in (repo / folder).rglob("*.py")
+               if "slurm" not in path.relative_to(repo).parts[1:2]] + list((repo / "scripts").glob("*.py"))
+    found = [f"{path.relative_to(repo)}: {match.group(0)}" for path in sources
+             for match in SLURM_ARGV.finditer(path.read_text())]
+    assert found == []
