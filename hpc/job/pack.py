@@ -35,6 +35,7 @@ from pathlib import Path
 
 from hpc.job import continuation as cont
 from hpc.job import successor
+from hpc.job.plain_file import make_plain
 from hpc.run import ledger
 from hpc.run.ledger import By, Requeue, Resubmit
 from hpc.run.rundir import RunDir
@@ -61,6 +62,19 @@ class Slot:
         out, err = self.member.run.log_paths(job_id)
         return "\t".join([str(self.member.script), ",".join(self.devices), str(self.port), str(out), str(err),
                           self.member.run.name])
+
+
+def plain_logs(run: RunDir, job_id: str) -> bool:
+    """The run's stdout and stderr logs of this job made plain files of the run before the pack's
+    script appends to them (``>>`` follows links); False, and the run sits this job out, where a
+    link was planted on the way (hpc/job/plain_file.py)."""
+    for path in run.log_paths(job_id):
+        try:
+            make_plain(run.path, path)
+        except OSError as error:
+            print(f"[pack] error: {run.name} is not started: its log {path}: {error.strerror}", file=sys.stderr)
+            return False
+    return True
 
 
 # -- GPUs and ports -----------------------------------------------------------------------
@@ -228,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         return begin(members, args.job_id, args.script)
     if args.command == "slots":
         for slot in slots(members, args.gpus_per_run, os.environ):
-            print(slot.line(args.job_id))
+            if plain_logs(slot.member.run, args.job_id):
+                print(slot.line(args.job_id))
         return 0
     settings = Settings(args.mode, args.script, args.max_resubmits, args.max_failures,
                         tuple(args.resize) if args.resize else None)

@@ -160,3 +160,22 @@ def test_a_pack_whose_runs_all_stop_cancels_its_successor(tmp_path, slurm_calls,
     queue["8"] = "PENDING"
     assert pack.end([a], "7", settings("afterany"), 0) == []
     assert slurm_calls == [("cancel", "7")]
+
+
+def test_a_run_whose_log_is_a_planted_link_sits_the_job_out_and_nothing_is_written_through(tmp_path, capsys):
+    """The pack's script appends each run's output with ``>>``, which follows a link: its logs are
+    made plain files of the run first, and a run where that is refused gets no slot line."""
+    a, b = member(tmp_path, "a"), member(tmp_path, "b")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    out, _ = b.run.log_paths("42")
+    out.parent.mkdir(parents=True)
+    out.symlink_to(victim)
+    args = ["slots", "--gpus_per_run", "1", "--job_id", "42"]
+    for m in (a, b):
+        args += ["--member", str(m.run.path), str(m.script)]
+    assert pack.main(args) == 0
+    printed = capsys.readouterr()
+    assert [line.split("\t")[-1] for line in printed.out.splitlines()] == ["a"]
+    assert "b is not started" in printed.err and victim.read_text() == "precious\n"
+    assert all(path.is_file() and not path.is_symlink() for path in a.run.log_paths("42"))
