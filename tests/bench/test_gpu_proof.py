@@ -195,17 +195,39 @@ def test_the_judge_block_serves_on_the_jobs_second_gpu_gives_the_run_the_first_a
     monkeypatch.setenv("FAKE_VLLM_GPUS", str(tmp_path / "judge-gpus"))
     work = Work(tmp_path)
     work.model.mkdir()
-    judge = ServedJudge(work, tmp_path / "judge", "4,7", port=free_port())
-    judge.judge_dir.mkdir()
+    judge = ServedJudge(work, work.run.judge_dir, "4,7", port=free_port())  # the run's judge/, as a job has it
+    judge.judge_dir.mkdir(parents=True)
     try:
         workload = judge.start()
         assert workload == {"CUDA_VISIBLE_DEVICES": "4", "HPC_SETUP_ERROR": ""}
         assert (tmp_path / "judge-gpus").read_text() == "7"
-        assert (tmp_path / "judge" / "address").read_text().strip() == f"127.0.0.1:{judge.port}"
+        assert (work.run.judge_dir / "address").read_text().strip() == f"127.0.0.1:{judge.port}"
     finally:
         judge.stop()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", judge.port), timeout=2).close()
+
+
+def test_a_judge_whose_log_is_a_planted_link_is_not_started_and_nothing_is_written_through(
+        tmp_path: Path, monkeypatch) -> None:
+    """The judge block redirects its server's output with ``>``, which follows a link: its logs are
+    made plain files of the run first (hpc/job/plain_file.py), and a link there fails the setup."""
+    monkeypatch.setenv("VLLM_BIN", str(write_executable(tmp_path / "vllm")))
+    monkeypatch.setenv("FAKE_VLLM_GPUS", str(tmp_path / "judge-gpus"))
+    work = Work(tmp_path)
+    work.model.mkdir()
+    judge = ServedJudge(work, work.run.judge_dir, "4,7", port=free_port())
+    judge.judge_dir.mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (judge.judge_dir / "server.log").symlink_to(victim)
+    try:
+        workload = judge.start()
+    finally:
+        judge.stop()
+    assert workload["HPC_SETUP_ERROR"].startswith("the judge server did not start")
+    assert victim.read_text() == "precious\n" and not (tmp_path / "judge-gpus").exists()
+    assert "refusing to write" in work.log("judge-job").read_text()
 
 
 def test_the_served_judges_answers_are_counted_by_status_from_its_access_log(tmp_path: Path) -> None:
