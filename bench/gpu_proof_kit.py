@@ -410,15 +410,7 @@ class Process:
 
 def run_together(processes: list[Process], timeout: float = 900) -> list[tuple[int, str, float]]:
     """Start every process, wait for all of them (each signalled by its own ``until``)."""
-    for process in processes:
-        process.start()
-    try:
-        while any([process.running(timeout) for process in processes]):
-            time.sleep(0.5)
-    finally:
-        for process in processes:
-            process.kill()
-    return [process.result() for process in processes]
+    return run_when_ready(processes, [lambda: True] * len(processes), timeout)
 
 
 def run_when_ready(processes: list[Process], ready: list[Callable[[], bool]], timeout: float = 900,
