@@ -139,12 +139,13 @@ def plot(data: dict[str, Any], path: Path) -> Path:
     series = [(f"seed {run['seed']}", run["heldout"], color, "-", "o")
               for run, color in zip(data["runs"], ("tab:blue", "tab:green", "tab:purple", "tab:orange"))]
     series.append(("control: learning rate 0", data["control"]["heldout"], "tab:grey", "--", "s"))
-    for label, points, color, style, marker in series:
-        draw_series(axis, label, points, color, style, marker)
+    for index, (label, points, color, style, marker) in enumerate(series):
+        # each series a little to the side: curves that coincide (all at 0%) stay visible
+        draw_series(axis, label, points, color, style, marker, offset=0.12 * (index - (len(series) - 1) / 2))
     n = max((p["n"] for _, points, *_ in series for p in points), default=0)
     axis.set_xlabel("training step (trainer.train, ART LocalBackend)")
     axis.set_ylabel(f"held-out accuracy (%), {n} questions never trained on")
-    axis.set_ylim(0, 100)
+    axis.set_ylim(-3, 103)  # a point at 0% or 100% is not hidden under the frame
     axis.grid(alpha=0.3)
     if n:
         axis.legend(loc="upper left", fontsize=9)
@@ -162,10 +163,12 @@ def plot(data: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def draw_series(axis: Any, label: str, points: list[dict[str, int]], color: str, style: str, marker: str) -> None:
-    if not points:
+def draw_series(axis: Any, label: str, points: list[dict[str, int]], color: str, style: str, marker: str,
+                offset: float = 0.0) -> None:
+    if not points:  # named in the legend all the same: a run that measured nothing is not left out silently
+        axis.plot([], [], color=color, linestyle=style, marker=marker, label=f"{label}: no validation measured")
         return
-    steps = [p["step"] for p in points]
+    steps = [p["step"] + offset for p in points]
     rates = [100 * p["correct"] / p["n"] for p in points]
     intervals = [wilson(p["correct"], p["n"]) for p in points]
     # matplotlib refuses a negative error bar: a rounding error at 0% must not lose the picture

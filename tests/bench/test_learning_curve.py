@@ -325,3 +325,22 @@ def test_collect_names_the_card_the_runs_had_not_the_one_it_runs_on(tmp_path: Pa
     bench.collect(work, tmp_path / "out", ["0", "1"])
     data = json.loads((tmp_path / "out" / "learning_curve.json").read_text())
     assert data["device"] == "2 x NVIDIA H100 80GB HBM3" and data["runs"][0]["heldout"][-1]["correct"] == 90
+
+
+def test_curves_that_coincide_are_drawn_side_by_side_and_a_run_without_points_is_named() -> None:
+    """Seen with the two-GPU run's records: seed 1's 0% points hid under seed 2's on the frame."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench.learning_curve_results import draw_series
+
+    fig, axis = plt.subplots()
+    draw_series(axis, "seed 1", points((0, 0), (4, 0)), "tab:blue", "-", "o", offset=-0.12)
+    draw_series(axis, "seed 2", points((0, 0), (4, 0)), "tab:green", "-", "o", offset=0.12)
+    draw_series(axis, "control", [], "tab:grey", "--", "s")
+    xs = [list(container.lines[0].get_xdata()) for container in axis.containers]  # each errorbar's data line
+    assert xs == [[-0.12, 3.88], [0.12, 4.12]]
+    assert "control: no validation measured" in axis.get_legend_handles_labels()[1]
+    plt.close(fig)
