@@ -144,7 +144,7 @@ def plot(data: dict[str, Any], path: Path) -> Path:
         draw_series(axis, label, points, color, style, marker, offset=0.12 * (index - (len(series) - 1) / 2))
     n = max((p["n"] for _, points, *_ in series for p in points), default=0)
     axis.set_xlabel("training step (trainer.train, ART LocalBackend)")
-    axis.set_ylabel(f"held-out accuracy (%), {n} questions never trained on")
+    axis.set_ylabel(f"held-out accuracy (%), {n} questions never trained on" if n else "held-out accuracy (%)")
     axis.set_ylim(-3, 103)  # a point at 0% or 100% is not hidden under the frame
     axis.grid(alpha=0.3)
     if n:
@@ -152,7 +152,7 @@ def plot(data: dict[str, Any], path: Path) -> Path:
     else:  # a bench stopped before its first validation: say so, not an empty legend
         axis.text(0.5, 0.5, "no held-out validation was measured", transform=axis.transAxes, ha="center",
                   va="center", fontsize=12, color="tab:red")
-    axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True) if n else matplotlib.ticker.NullLocator())
     title = [f"Held-out accuracy against training step (95% Wilson intervals), {data['date']}", data["device"],
              *textwrap.wrap(data["model"], 110)]
     axis.set_title("\n".join(title), fontsize=10)
