@@ -80,8 +80,10 @@ TRAIN_INBOXES, HELDOUT_INBOXES = 600, 100
 # The warm-up: half its conversations search well (seen on an H100, 2026-11-27: a quarter for 2000 steps
 # gave a model that searched well in 0 of 100 held-out first turns at temperature 1, and its runs
 # never got a right answer in 36 steps; half for 3000 steps gave 7 of 100). The first-turns stage
-# measures what the model actually does before any run starts.
-WARMUP = {"batch_size": 16, "learning_rate": 2e-3, "good_share": 0.5}
+# measures what the model actually does before any run starts. Its questions quote their entity
+# (trainer/staging/synthetic_inbox.py says why) and its loss counts the whole conversation after the
+# system prompt: the tools' results repeat what came before, more copying to learn from.
+WARMUP = {"batch_size": 16, "learning_rate": 2e-3, "good_share": 0.5, "targets": "conversation"}
 WARMUP_STEPS = 6000  # --warmup_steps: 96,000 draws from 7,200 distinct conversations
 FIRST_TURN_QUESTIONS = 200  # held-out questions the first-turns stage samples (trainer.staging.first_turns)
 MIN_GOOD_SEARCHES = 0.02  # below this share of good first searches RL has nothing to reinforce: no run starts
@@ -89,10 +91,10 @@ RESULTS = REPO / "docs" / "results"
 # Planning figures in seconds (docs/training.md). Measured by this bench on H100s, 2026-11-27: the data
 # 10 s; the model stage 136 s with 2000 warm-up steps in 91 s (so about 320 s with 6000); three runs
 # registering at once on one GPU 292 s (one alone: 105 s), two at once on two GPUs in dedicated mode
-# 218 s; a dedicated step 7.6-11 s; a validation of the 600 held-out questions 31-50 s. From the GPU
-# proof's H100 run: a shared step 27 s. Runs whose vLLMs share a GPU register one after the other
-# (run_when_ready): on two GPUs the control waits for seed 1.
-ESTIMATE = {"data": 15, "model": 320, "first_turns": 30, "scripted": 5, "register": 360, "validation": 45,
+# 218 s; a dedicated step 7.6-11 s; a validation of the 600 held-out questions 31-50 s (so about 25 s for
+# the config's 300). From the GPU proof's H100 run: a shared step 27 s. Runs whose vLLMs share a GPU
+# register one after the other (run_when_ready): on two GPUs the control waits for seed 1.
+ESTIMATE = {"data": 15, "model": 320, "first_turns": 30, "scripted": 5, "register": 360, "validation": 25,
             "step_shared": 27.0, "step_dedicated": 11.0, "collect": 10}
 MIN_POINTS = 2  # a curve needs a first and a last held-out point
 SIGNAL_WAIT = 120  # after the deadline: SIGUSR1, then this long for the step being trained to be saved
@@ -207,7 +209,8 @@ def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS
         f"  data      make-inboxes ({TRAIN_INBOXES} train, {HELDOUT_INBOXES} held-out inboxes, seed {DATA_SEED}) "
         f"+ prepare: ~{ESTIMATE['data']} s",
         f"  model     make-model --size inbox, warm-up {warmup_steps} steps of {WARMUP['batch_size']} "
-        f"(lr {WARMUP['learning_rate']:g}, {WARMUP['good_share']:.0%} good searches): ~{ESTIMATE['model']} s",
+        f"(lr {WARMUP['learning_rate']:g}, {WARMUP['good_share']:.0%} good searches, loss on the "
+        f"{WARMUP['targets']}): ~{ESTIMATE['model']} s",
         f"  first     its first turns on {FIRST_TURN_QUESTIONS} held-out questions at temperature "
         f"{config['temperature']:g}: no run starts below {MIN_GOOD_SEARCHES:.0%} good searches: "
         f"~{ESTIMATE['first_turns']} s",

@@ -230,7 +230,7 @@ def test_the_data_and_scripted_stages_stage_the_inboxes_and_measure_the_warm_ups
     assert f"{bench.TRAIN_INBOXES} train and {bench.HELDOUT_INBOXES} held-out inboxes; 0 held-out" in staged
     assert "3,600 train, 600 test questions" in staged
     (line,) = bench.scripted(work)
-    assert line == ("scripted policy on 600 questions with the real tools: good search 100.0% right, weak search "
+    assert line == ("scripted policy on 300 questions with the real tools: good search 100.0% right, weak search "
                     "0.0% right, the warm-up's mix (50% good) 50.0% right on average")
 
 

@@ -11,6 +11,12 @@ tracking number), each about an *entity* (a project, a shipment... named by one 
 as ``Falcon``), each answer a 5-digit number drawn at random: an answer can only be found by
 searching the inbox and reading the right email, never remembered.
 
+A question quotes its entity (``What is the access code for the "Amber Falcon" project?``): the
+quote makes the entity's first word the same token in the question as in a search's JSON
+(``["Amber Falcon", ...]``), where no space comes before it. Unquoted, a made model must learn a
+second token for each of the 60 first words before it can copy one (seen on an H100: 7 of 100
+held-out first searches copied the entity after 3,000 warm-up steps).
+
 Every question is about an older fact of its family, and a newer fact of the same family
 (another entity) is the first email a weak search finds:
 
@@ -96,7 +102,7 @@ class Family:
 
     name: str
     attribute: str  # the family's keyword: in every fact and in its fillers
-    question: str  # with {entity}
+    question: str  # with "{entity}" quoted (the module docstring says why)
     subject: str  # with {entity}
     fact: str  # with {entity} and {number}
     filler_subject: str
@@ -104,19 +110,19 @@ class Family:
 
 
 FAMILIES = (
-    Family("access code", "code", "What is the access code for the {entity} project?", "{entity} access",
+    Family("access code", "code", "What is the access code for the \"{entity}\" project?", "{entity} access",
            "The access code for the {entity} project is {number}.", "Door codes",
            "The door code policy changes next month, so please read the new rules."),
-    Family("purchase order", "order", "What is the purchase order number for the {entity} shipment?",
+    Family("purchase order", "order", "What is the purchase order number for the \"{entity}\" shipment?",
            "{entity} shipment", "The purchase order number for the {entity} shipment is {number}.", "Ordering",
            "The order form moved to the shared drive, please use the new one."),
-    Family("invoice", "invoice", "How much is the invoice for the {entity} contract?", "{entity} invoice",
+    Family("invoice", "invoice", "How much is the invoice for the \"{entity}\" contract?", "{entity} invoice",
            "The invoice for the {entity} contract comes to {number} dollars.", "Invoices",
            "Every invoice now needs two signatures before it is paid."),
-    Family("ticket", "ticket", "What is the ticket number for the {entity} request?", "{entity} request",
+    Family("ticket", "ticket", "What is the ticket number for the \"{entity}\" request?", "{entity} request",
            "I opened ticket {number} for the {entity} request.", "Support tickets",
            "Please close your ticket once the issue is solved."),
-    Family("tracking", "tracking", "What is the tracking number of the {entity} parcel?", "{entity} parcel",
+    Family("tracking", "tracking", "What is the tracking number of the \"{entity}\" parcel?", "{entity} parcel",
            "The {entity} parcel has tracking number {number}.", "Parcel tracking",
            "The courier changed its tracking website this week."),
 )

@@ -10,7 +10,8 @@ a training scenario, played through the real tools (``trainer.agent.tools``) on 
 email database: search with the question's words that the answer's email holds,
 read that email, answer with the reference answer citing it. The conversation is
 rendered with the model's own chat template and the real system prompt
-(``trainer.agent.rollout.system_prompt``); the loss counts the assistant turns only.
+(``trainer.agent.rollout.system_prompt``); the loss counts the assistant turns only, or with
+``--targets conversation`` everything after the system prompt.
 
 Needs torch and transformers (the backend's environment, on a GPU node); the
 scripted trajectories themselves need neither. Writes an ordinary model folder:
@@ -119,8 +120,22 @@ def assistant_spans(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[str
     return render(len(messages), False), spans
 
 
-def to_example(tokenizer: Any, messages: list[dict[str, Any]]) -> Example:
-    text, spans = assistant_spans(tokenizer, messages)
+TARGETS = ("assistant", "conversation")
+
+
+def conversation_span(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered conversation and one span: everything after the system message (the question,
+    the calls and the tools' results). The results repeat what came before (the snippet the
+    entity, the email the snippet, the number): more copying to learn from than the calls alone."""
+    text = tokenizer.apply_chat_template(messages, tools=TOOL_SCHEMAS, tokenize=False)
+    system = tokenizer.apply_chat_template(messages[:1], tools=TOOL_SCHEMAS, tokenize=False)
+    return text, [(len(system), len(text))]
+
+
+def to_example(tokenizer: Any, messages: list[dict[str, Any]], targets: str = "assistant") -> Example:
+    """The conversation's tokens, the loss on ``targets``: the assistant turns (what the agent
+    writes), or the whole conversation after the system prompt."""
+    text, spans = (assistant_spans if targets == "assistant" else conversation_span)(tokenizer, messages)
     encoded = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
     labels = [token if any(start <= begin < end for start, end in spans) else -100
               for token, (begin, _) in zip(encoded["input_ids"], encoded["offset_mapping"])]
@@ -138,14 +153,15 @@ class WarmupReport:
     last_loss: float
     seconds: float
     tool_call_rate: float  # first turns (greedy) that parse as a tool call after the warm-up
+    targets: str = "assistant"  # what the loss counted (TARGETS)
 
 
-def tokenised(tokenizer: Any, conversations: list[list[dict[str, Any]]]) -> list[Example]:
+def tokenised(tokenizer: Any, conversations: list[list[dict[str, Any]]], targets: str = "assistant") -> list[Example]:
     """Each conversation as an Example; one that repeats (the same list object) is tokenised once."""
     done: dict[int, Example] = {}
     for messages in conversations:
         if id(messages) not in done:
-            done[id(messages)] = to_example(tokenizer, messages)
+            done[id(messages)] = to_example(tokenizer, messages, targets)
     return [done[id(messages)] for messages in conversations]
 
 
@@ -237,7 +253,7 @@ POLICIES = {"reference": reference_policy, "inbox-mix": inbox_mix_policy}
 
 def warm_up(base: Path, out: Path, data_dir: Path, *, steps: int, batch_size: int, learning_rate: float,
             max_turns: int, seed: int = 0, check: int = 16, policy: str = "reference", good_share: float = 1.0,
-            say=print) -> WarmupReport:
+            targets: str = "assistant", say=print) -> WarmupReport:
     """Warm ``base`` up into ``out`` on ``policy``'s conversations; ``check`` conversations' first
     turns are generated after it."""
     import torch  # torch only in the warm-up's steps, not at --help
@@ -255,16 +271,16 @@ def warm_up(base: Path, out: Path, data_dir: Path, *, steps: int, batch_size: in
     # float32 on any device: in bf16 weights Adam's small updates round away; saved as bf16 below
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     model.to(device)
-    examples = tokenised(tokenizer, conversations)
+    examples = tokenised(tokenizer, conversations, targets)
     unique = distinct(conversations)
     say(f"warmup: {len(unique)} scripted conversations from {data_dir} ({len(examples)} with repeats), {steps} steps "
-        f"of {batch_size} on {device}")
+        f"of {batch_size} on {device}, loss on the {targets}")
     began = time.monotonic()
     losses = train(model, examples, tokenizer.pad_token_id, steps=steps, batch_size=batch_size,
                    learning_rate=learning_rate, seed=seed, device=device, say=say)
     first_turns = tool_call_rate(model, tokenizer, unique[::max(1, len(unique) // check)][:check], device)
     report = WarmupReport(len(unique), steps, round(losses[0], 4), round(losses[-1], 4),
-                          round(time.monotonic() - began, 1), round(first_turns, 3))
+                          round(time.monotonic() - began, 1), round(first_turns, 3), targets)
     save(model.to(torch.bfloat16), base, out, report)
     return report
 
@@ -293,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
                              "scripted mix of a good and a weak search (trainer/staging/inbox_policy.py)")
     parser.add_argument("--good_share", type=float, default=None,
                         help="inbox-mix: the share of conversations with the good search (default 0.25)")
+    parser.add_argument("--targets", choices=TARGETS, default="assistant",
+                        help="what the loss counts: the assistant turns (default), or the whole conversation after "
+                             "the system prompt (the tools' results too: more copying to learn from)")
     parser.add_argument("--seed", type=int, default=0, help="the batches' order and the mix's choices")
     args = parser.parse_args(argv)
 
@@ -304,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                               "`python -m trainer.data make-model DIR`")
         report = warm_up(args.base, args.out, args.data_dir or default_data_dir(), steps=args.steps,
                          batch_size=args.batch_size, learning_rate=args.learning_rate, max_turns=args.max_turns,
-                         seed=args.seed, policy=args.policy, good_share=good_share(args))
+                         seed=args.seed, policy=args.policy, good_share=good_share(args), targets=args.targets)
     except WarmupError as error:
         print(f"trainer.warmup: error: {error}", file=sys.stderr)
         return 2

@@ -281,3 +281,43 @@ def test_transformers_loads_runs_and_warms_up_the_made_model_and_a_sharded_one(m
     sharded = found["sharded"]  # a sharded folder written with torch's values loads the same way
     assert sharded["values_from"] == "torch on cpu" and sharded["shards"] > 1 and sharded["missing"] == []
     assert abs(sharded["std"] - 0.02) < 0.002 and sharded["norm"] == 1.0
+
+
+TARGETS_CHECK = """
+import json, sys
+from pathlib import Path
+from transformers import AutoTokenizer
+from trainer.agent.email_db import EmailDB
+from trainer.agent.rollout import AgentConfig
+from trainer.agent.scenarios import load_scenarios
+from trainer.staging.warmup import scripted_conversations, to_example
+path, data = sys.argv[1:3]
+tokenizer = AutoTokenizer.from_pretrained(path)
+with EmailDB(Path(data) / "enron_emails.db") as db:
+    messages = scripted_conversations(load_scenarios(Path(data), "train", limit=None), db, AgentConfig(max_turns=4))[0]
+def labelled(targets):
+    example = to_example(tokenizer, messages, targets)
+    return example.input_ids, [label != -100 for label in example.labels]
+ids, assistant = labelled("assistant")
+same_ids, conversation = labelled("conversation")
+decode = lambda flags: tokenizer.decode([i for i, f in zip(ids, flags) if f])
+print(json.dumps({"same_ids": ids == same_ids, "subset": all(c for a, c in zip(assistant, conversation) if a),
+                  "first": conversation.index(True), "assistant_first": assistant.index(True),
+                  "tail": all(conversation[conversation.index(True):]),
+                  "assistant_text": decode(assistant), "conversation_text": decode(conversation),
+                  "question": messages[1]["content"], "result": messages[3]["content"]}))
+"""
+
+
+def test_the_warmups_loss_counts_the_assistant_turns_or_everything_after_the_system_prompt(
+        made: Path, art_e_data_dir: Path, backend_python: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    result = subprocess.run([str(backend_python), "-c", TARGETS_CHECK, str(made), str(art_e_data_dir)],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["same_ids"] and found["subset"] and found["tail"]
+    assert found["first"] < found["assistant_first"]  # the question is a target too, the system prompt is not
+    assert found["question"] not in found["assistant_text"] and found["question"] in found["conversation_text"]
+    assert found["result"][:40] in found["conversation_text"] and found["result"][:40] not in found["assistant_text"]
+    assert "search_emails" in found["assistant_text"]

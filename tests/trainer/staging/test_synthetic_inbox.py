@@ -85,6 +85,24 @@ def test_a_question_not_of_the_generator_has_no_search_plan() -> None:
     assert search_plan(family.question.format(entity="Amber Falcon")).good == ["Amber Falcon", family.attribute]
 
 
+def test_a_questions_quoted_entity_is_the_same_tokens_as_in_the_good_searchs_json() -> None:
+    """Copying the entity into the search is then copying tokens, not translating them: unquoted,
+    its first word follows a space in the question and a quote in the JSON, two different tokens."""
+    from trainer.staging.model_maker import train_tokenizer
+
+    corpus = generate(seed=3, train_inboxes=40, heldout_inboxes=10)
+    tokenizer = train_tokenizer([f"{e['subject']}\n{e['body']}" for e in corpus.emails], 4096)
+    for question in corpus.split_questions("test"):
+        entity = search_plan(question["question"]).good[0]
+        in_question = tokenizer.encode(question["question"]).tokens
+        in_search = tokenizer.encode(json.dumps({"keywords": search_plan(question["question"]).good})).tokens
+        opens = next(i for i, t in enumerate(in_question) if t.endswith('"')) + 1
+        closes = next(i for i, t in enumerate(in_question) if i >= opens and t.startswith('"'))
+        entity_tokens = in_question[opens:closes]
+        assert "".join(entity_tokens).replace("Ġ", " ") == entity
+        assert any(in_search[i:i + len(entity_tokens)] == entity_tokens for i in range(len(in_search)))
+
+
 @pytest.mark.parametrize("args", [["--train_inboxes", "0"], ["--heldout_inboxes", "780"]])
 def test_bad_sizes_are_one_line_errors_with_exit_2_and_nothing_written(tmp_path: Path, args: list[str]) -> None:
     result = subprocess.run([sys.executable, "-m", "trainer.data", "make-inboxes", str(tmp_path / "out"), *args],
