@@ -48,9 +48,10 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -72,6 +73,9 @@ from bench.gpu_proof_kit import (  # noqa: E402
 from bench.learning_curve_results import plot, redraw, results, verdicts, write_json  # noqa: E402
 from hpc.run.rundir import RunDir, read_jsonl  # noqa: E402
 
+if TYPE_CHECKING:
+    from trainer.staging.first_turns import FirstTurns
+
 CONFIG = "learning_curve"
 SEEDS = (1, 2)  # fixed before any run: never picked after the fact
 CONTROL = "control"
@@ -80,21 +84,27 @@ TRAIN_INBOXES, HELDOUT_INBOXES = 600, 100
 # The warm-up: half its conversations search well (seen on an H100, 2026-11-27: a quarter for 2000 steps
 # gave a model that searched well in 0 of 100 held-out first turns at temperature 1, and its runs
 # never got a right answer in 36 steps; half for 3000 steps gave 7 of 100). The first-turns stage
-# measures what the model actually does before any run starts. Its questions quote their entity
-# (trainer/staging/synthetic_inbox.py says why) and its loss counts the whole conversation after the
-# system prompt: the tools' results repeat what came before, more copying to learn from.
-WARMUP = {"batch_size": 16, "learning_rate": 2e-3, "good_share": 0.5, "targets": "conversation"}
+# measures what the model actually does before any run starts. The questions quote their entity
+# (trainer/staging/synthetic_inbox.py says why).
+WARMUP = {"batch_size": 16, "learning_rate": 2e-3, "good_share": 0.5}
+# Two warm-ups side by side (one a GPU), differing only in what the loss counts (trainer.warmup
+# --targets): the assistant turns, or the whole conversation after the system prompt, whose tools'
+# results repeat what came before (more copying to learn from). The runs start from the one whose
+# first turns on TRAINING questions search well more often (a tie: the first); the held-out questions
+# play no part in the choice. Both are kept, with their counts, in WORK/recipes.json.
+RECIPES = ("conversation", "assistant")
 WARMUP_STEPS = 6000  # --warmup_steps: 96,000 draws from 7,200 distinct conversations
 FIRST_TURN_QUESTIONS = 200  # held-out questions the first-turns stage samples (trainer.staging.first_turns)
 MIN_GOOD_SEARCHES = 0.02  # below this share of good first searches RL has nothing to reinforce: no run starts
 RESULTS = REPO / "docs" / "results"
 # Planning figures in seconds (docs/training.md). Measured by this bench on H100s, 2026-11-27: the data
-# 10 s; the model stage 136 s with 2000 warm-up steps in 91 s (so about 320 s with 6000); three runs
+# 10 s; the model stage 136 s with 2000 warm-up steps in 91 s (so about 320 s with 6000, 360 with two warm-ups
+# side by side and their first turns); three runs
 # registering at once on one GPU 292 s (one alone: 105 s), two at once on two GPUs in dedicated mode
 # 218 s; a dedicated step 7.6-11 s; a validation of the 600 held-out questions 31-50 s (so about 25 s for
 # the config's 300). From the GPU proof's H100 run: a shared step 27 s. Runs whose vLLMs share a GPU
 # register one after the other (run_when_ready): on two GPUs the control waits for seed 1.
-ESTIMATE = {"data": 15, "model": 320, "first_turns": 30, "scripted": 5, "register": 360, "validation": 25,
+ESTIMATE = {"data": 15, "model": 360, "first_turns": 30, "scripted": 5, "register": 360, "validation": 25,
             "step_shared": 27.0, "step_dedicated": 11.0, "collect": 10}
 MIN_POINTS = 2  # a curve needs a first and a last held-out point
 SIGNAL_WAIT = 120  # after the deadline: SIGUSR1, then this long for the step being trained to be saved
@@ -209,8 +219,9 @@ def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS
         f"  data      make-inboxes ({TRAIN_INBOXES} train, {HELDOUT_INBOXES} held-out inboxes, seed {DATA_SEED}) "
         f"+ prepare: ~{ESTIMATE['data']} s",
         f"  model     make-model --size inbox, warm-up {warmup_steps} steps of {WARMUP['batch_size']} "
-        f"(lr {WARMUP['learning_rate']:g}, {WARMUP['good_share']:.0%} good searches, loss on the "
-        f"{WARMUP['targets']}): ~{ESTIMATE['model']} s",
+        f"(lr {WARMUP['learning_rate']:g}, {WARMUP['good_share']:.0%} good searches), twice side by side: the loss on "
+        f"the {' or the '.join(RECIPES)}; the runs take the one whose first turns on {FIRST_TURN_QUESTIONS} "
+        f"training questions search well more often: ~{ESTIMATE['model']} s",
         f"  first     its first turns on {FIRST_TURN_QUESTIONS} held-out questions at temperature "
         f"{config['temperature']:g}: no run starts below {MIN_GOOD_SEARCHES:.0%} good searches: "
         f"~{ESTIMATE['first_turns']} s",
@@ -250,15 +261,55 @@ def make_data(work: Work) -> list[str]:
                                                                                 "scenarios:"))]
 
 
-def make_model(work: Work, warmup_steps: int = WARMUP_STEPS) -> list[str]:
+def make_model(work: Work, warmup_steps: int = WARMUP_STEPS, gpus: list[str] | None = None) -> list[str]:
+    """The random model, warmed up by each of RECIPES side by side (round-robin over ``gpus``); the
+    one chosen (``chosen_recipe``) becomes WORK/model."""
     random = work.root / "model-random"
     made = command(work, "make-model", ["-m", "trainer.data", "make-model", str(random), "--size", "inbox",
                                         "--data_dir", str(work.data)])
-    warmed = command(work, "warmup", [
-        "-m", "trainer.warmup", str(random), str(work.model), "--data_dir", str(work.data), "--policy", "inbox-mix",
-        "--max_turns", str(config_values()["max_turns"]), f"--steps={warmup_steps}",
-        *(f"--{k}={v}" for k, v in WARMUP.items())], timeout=1800)
-    return [line for line in (made + warmed).splitlines() if line.startswith(("model:", "warmup done", "warmup:"))]
+    gpus = gpus or [""]
+    jobs = [(recipe, gpus[i % len(gpus)]) for i, recipe in enumerate(RECIPES)]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        outputs = list(pool.map(lambda job: warm_and_try(work, random, *job, warmup_steps), jobs))
+    found = {recipe: turns for recipe, (_, turns) in zip(RECIPES, outputs)}
+    chosen = chosen_recipe(found)
+    (work.root / "recipes.json").write_text(json.dumps({"chosen": chosen, "first_turns_on_training_questions": {
+        recipe: turns.__dict__ for recipe, turns in found.items()}}, indent=1) + "\n")
+    recipe_model(work, chosen).rename(work.model)
+    lines = [line for line in made.splitlines() if line.startswith("model:")]
+    lines += [line for output, _ in outputs for line in output.splitlines() if line.startswith(("warmup done", "warmup:"))]
+    return lines + [f"{recipe}: {turns.line()}" for recipe, turns in found.items()] + [
+        f"chosen: the loss on the {chosen} (good searches on training questions {found[chosen].share('good'):.1%})"]
+
+
+def recipe_model(work: Work, recipe: str) -> Path:
+    return work.root / f"model-{recipe}"
+
+
+def warm_and_try(work: Work, random: Path, recipe: str, gpu: str, warmup_steps: int) -> tuple[str, "FirstTurns"]:
+    """One recipe's warm-up on ``gpu``, then its first turns on training questions: its output and counts."""
+    from trainer.staging.first_turns import FirstTurns
+
+    env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu else {}
+    config, out, counts = config_values(), recipe_model(work, recipe), work.root / f"first_turns-{recipe}.json"
+    warmed = command(work, f"warmup-{recipe}", [
+        "-m", "trainer.warmup", str(random), str(out), "--data_dir", str(work.data), "--policy", "inbox-mix",
+        "--max_turns", str(config["max_turns"]), f"--steps={warmup_steps}", f"--targets={recipe}",
+        *(f"--{k}={v}" for k, v in WARMUP.items())], timeout=1800, **env)
+    command(work, f"first-turns-{recipe}", first_turns_args(out, work.data, counts, "train"), **env)
+    return warmed, FirstTurns(**json.loads(counts.read_text()))
+
+
+def chosen_recipe(found: dict[str, "FirstTurns"]) -> str:
+    """The recipe whose first turns searched well most often (on training questions); a tie: the first."""
+    return max(found, key=lambda recipe: (found[recipe].counts.get("good", 0), -list(found).index(recipe)))
+
+
+def first_turns_args(model: Path, data: Path, out: Path, split: str) -> list[str]:
+    config = config_values()
+    return ["-m", "trainer.staging.first_turns", str(model), "--data_dir", str(data), "--split", split,
+            "--questions", str(FIRST_TURN_QUESTIONS), "--temperature", str(config["temperature"]),
+            "--max_turns", str(config["max_turns"]), "--out", str(out)]
 
 
 def scripted(work: Work) -> list[str]:
@@ -272,11 +323,7 @@ def first_turns(work: Work) -> list[str]:
     """The warmed model's first turns on held-out questions, sampled as its rollouts will be; raises
     ProofFailed when it too rarely searches well for RL to have anything to reinforce."""
     out = work.root / "first_turns.json"
-    config = config_values()
-    output = command(work, "first-turns", ["-m", "trainer.staging.first_turns", str(work.model), "--data_dir",
-                                           str(work.data), "--questions", str(FIRST_TURN_QUESTIONS), "--temperature",
-                                           str(config["temperature"]), "--max_turns", str(config["max_turns"]),
-                                           "--out", str(out)])
+    output = command(work, "first-turns", first_turns_args(work.model, work.data, out, "test"))
     line = output.strip().splitlines()[-1]
     problem = too_few_good_searches(json.loads(out.read_text()))
     if problem:
@@ -395,9 +442,13 @@ def status_lines(work: Work, gpus: list[str]) -> list[str]:
     current = json.loads(stage_file.read_text())
     lines = [f"stage {current['stage']} since {time.strftime('%H:%M:%S', time.localtime(current['time']))} "
              f"({time.time() - current['time']:.0f} s)"]
-    if (work.root / "first_turns.json").is_file():
-        from trainer.staging.first_turns import FirstTurns
+    from trainer.staging.first_turns import FirstTurns
 
+    if (work.root / "recipes.json").is_file():
+        recipes = json.loads((work.root / "recipes.json").read_text())
+        lines += [f"  {recipe}{' (chosen)' if recipe == recipes['chosen'] else ''}: {FirstTurns(**turns).line()}"
+                  for recipe, turns in recipes["first_turns_on_training_questions"].items()]
+    if (work.root / "first_turns.json").is_file():
         lines.append(f"  {FirstTurns(**json.loads((work.root / 'first_turns.json').read_text())).line()}")
     for spec in run_specs(gpus):
         run = work.for_run(spec.name).run
@@ -474,9 +525,9 @@ def default_gpus() -> list[str]:
     return (node_gpus() or ["0"])[:2]
 
 
-def before_runs(work: Work, warmup_steps: int) -> None:
+def before_runs(work: Work, warmup_steps: int, gpus: list[str]) -> None:
     """The stages before the runs, each logged; ProofFailed stops the bench."""
-    for name, function in (("data", make_data), ("model", lambda w: make_model(w, warmup_steps)),
+    for name, function in (("data", make_data), ("model", lambda w: make_model(w, warmup_steps, gpus)),
                            ("first turns", first_turns), ("scripted", scripted)):
         stage(work, name)
         for line in function(work):
@@ -494,7 +545,7 @@ def run_all(args: argparse.Namespace) -> int:
     with OpenAIServer(string_match_verdict) as judge:
         work = Work(args.work, judge.base_url)
         try:
-            before_runs(work, args.warmup_steps)
+            before_runs(work, args.warmup_steps, args.gpus)
         except ProofFailed as error:  # nothing measured: no results written
             say(f"  {error}")
             stage(work, f"stopped before the runs after {(time.time() - began) / 60:.1f} min")

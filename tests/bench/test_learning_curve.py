@@ -307,7 +307,7 @@ def test_no_run_starts_on_a_model_that_too_rarely_searches_well(good: int, quest
 
 
 def test_a_bench_stopped_before_its_runs_writes_no_results_and_exits_1(tmp_path: Path, monkeypatch, capsys) -> None:
-    def too_few(work: Work, warmup_steps: int) -> None:
+    def too_few(work: Work, warmup_steps: int, gpus: list[str]) -> None:
         raise bench.ProofFailed("first turns of model on 200 held-out questions: weak 100.0%; good searches 0.0% < 2%")
 
     monkeypatch.setattr(bench, "before_runs", too_few)
@@ -344,3 +344,47 @@ def test_curves_that_coincide_are_drawn_side_by_side_and_a_run_without_points_is
     assert xs == [[-0.12, 3.88], [0.12, 4.12]]
     assert "control: no validation measured" in axis.get_legend_handles_labels()[1]
     plt.close(fig)
+
+
+def test_the_runs_start_from_the_warm_up_whose_first_turns_on_training_questions_search_well_more_often(
+        tmp_path: Path, monkeypatch) -> None:
+    """Both recipes warm up side by side, one a GPU; the choice reads training questions only."""
+    good = {"conversation": 9, "assistant": 31}
+    calls: list[tuple[str, list[str], dict]] = []
+
+    def command(work: Work, name: str, args: list[str], timeout: float = 600, **env: str) -> str:
+        calls.append((name, args, env))
+        if name == "make-model" or name.startswith("warmup-"):
+            Path(args[3]).mkdir(parents=True)
+            return "model: made\n" if name == "make-model" else f"warmup done: {name}\n"
+        recipe, out = name.removeprefix("first-turns-"), Path(args[args.index("--out") + 1])
+        counts = {"good": good[recipe], "weak": 200 - good[recipe]}
+        out.write_text(json.dumps({"model": f"model-{recipe}", "questions": 200, "temperature": 1.0, "counts": counts,
+                                   "split": args[args.index("--split") + 1]}))
+        return ""
+
+    monkeypatch.setattr(bench, "command", command)
+    lines = bench.make_model(Work(tmp_path), 10, ["0", "1"])
+    (tmp_path / "stage.json").write_text(json.dumps({"stage": "model", "time": time.time()}))
+    shown = bench.status_lines(Work(tmp_path), ["0", "1"])
+    assert "  assistant (chosen): first turns of model-assistant on 200 training questions at temperature 1: " \
+           "good 15.5%, weak 84.5%" in shown
+    assert (tmp_path / "model").is_dir() and not (tmp_path / "model-assistant").exists()
+    assert (tmp_path / "model-conversation").is_dir()  # the other kept, not deleted
+    chosen = json.loads((tmp_path / "recipes.json").read_text())
+    assert chosen["chosen"] == "assistant" and chosen["first_turns_on_training_questions"]["conversation"]["counts"]["good"] == 9
+    assert lines[-1] == "chosen: the loss on the assistant (good searches on training questions 15.5%)"
+    turns = [(name, args, env) for name, args, env in calls if name.startswith("first-turns-")]
+    assert {args[args.index("--split") + 1] for _, args, _ in turns} == {"train"}
+    devices = {name: env.get("CUDA_VISIBLE_DEVICES") for name, _, env in calls if name.startswith("warmup-")}
+    assert devices == {"warmup-conversation": "0", "warmup-assistant": "1"}
+    assert all(f"--targets={name.removeprefix('warmup-')}" in args for name, args, _ in calls if name.startswith("warmup-"))
+
+
+def test_a_tie_between_the_warm_ups_goes_to_the_first_recipe() -> None:
+    from trainer.staging.first_turns import FirstTurns
+
+    found = {recipe: FirstTurns(recipe, 200, 1.0, {"good": 20}, "train") for recipe in bench.RECIPES}
+    assert bench.chosen_recipe(found) == bench.RECIPES[0]
+    found[bench.RECIPES[1]] = FirstTurns("b", 200, 1.0, {"good": 21}, "train")
+    assert bench.chosen_recipe(found) == bench.RECIPES[1]

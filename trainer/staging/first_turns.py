@@ -1,7 +1,8 @@
 """What a warmed model's first turn is on held-out synthetic-inbox questions, sampled as rollouts
 sample: the good search, the weak one, another search, another call, or no tool call.
 
-    python -m trainer.staging.first_turns MODEL --data_dir D [--questions 200] [--temperature 1.0] [--out F.json]
+    python -m trainer.staging.first_turns MODEL --data_dir D [--split test] [--questions 200] [--temperature 1.0]
+                                          [--out F.json]
 
 RL can only reinforce a good search the model sometimes makes: a group of rollouts in which no one
 searches well gets the same reward for all and teaches nothing about searching. The learning-curve
@@ -12,7 +13,9 @@ held-out first turns at temperature 1 (77% weak) and its runs stayed at 0.0% hel
 for 36 steps; 3000 steps on half good searches gave 7 of 100. The scripted policy's share is not
 the model's: copying the question's entity into the search is a skill of its own.
 
-The questions are the ``test`` split's first ``--questions`` in file order, the same every time.
+The questions are the split's first ``--questions`` in file order, the same every time: the
+held-out ``test`` split (what the bench's gate reads), or ``train`` (how the bench chooses between
+its two warm-ups without looking at held-out questions).
 """
 
 from __future__ import annotations
@@ -47,13 +50,15 @@ class FirstTurns:
     questions: int
     temperature: float
     counts: dict[str, int]
+    split: str = "test"
 
     def share(self, kind: str) -> float:
         return self.counts.get(kind, 0) / max(1, self.questions)
 
     def line(self) -> str:
         shares = ", ".join(f"{kind} {self.share(kind):.1%}" for kind in KINDS if self.counts.get(kind))
-        return (f"first turns of {self.model} on {self.questions} held-out questions at temperature "
+        questions = "held-out" if self.split == "test" else "training"
+        return (f"first turns of {self.model} on {self.questions} {questions} questions at temperature "
                 f"{self.temperature:g}: {shares or 'none'}")
 
 
@@ -73,9 +78,9 @@ def kind_of(call: dict[str, Any] | None, plan: SearchPlan) -> str:
     return "other search"
 
 
-def held_out(data_dir: Path, questions: int) -> list["Scenario"]:
-    """The test split's first ``questions`` that are the generator's, in file order."""
-    scenarios = load_scenarios(data_dir, "test", limit=None, shuffle=False)
+def held_out(data_dir: Path, questions: int, split: str = "test") -> list["Scenario"]:
+    """The split's first ``questions`` that are the generator's, in file order."""
+    scenarios = load_scenarios(data_dir, split, limit=None, shuffle=False)
     return [s for s in scenarios if search_plan(s.question) is not None][:questions]
 
 
@@ -104,8 +109,8 @@ def generated(model_dir: Path, prompts: list[list[dict[str, Any]]], temperature:
 
 
 def first_turns(model_dir: Path, data_dir: Path, *, questions: int = 200, temperature: float = 1.0,
-                max_turns: int = 4, seed: int = 0) -> FirstTurns:
-    scenarios = held_out(data_dir, questions)
+                max_turns: int = 4, seed: int = 0, split: str = "test") -> FirstTurns:
+    scenarios = held_out(data_dir, questions, split)
     agent = AgentConfig(max_turns=max_turns)
     texts = generated(model_dir, [opening(s, agent) for s in scenarios], temperature, seed)
     counts: dict[str, int] = {}
@@ -114,7 +119,7 @@ def first_turns(model_dir: Path, data_dir: Path, *, questions: int = 200, temper
         assert plan is not None  # held_out keeps the generator's questions only
         kind = kind_of(parsed_tool_call(text), plan)
         counts[kind] = counts.get(kind, 0) + 1
-    return FirstTurns(model_dir.name, len(scenarios), temperature, counts)
+    return FirstTurns(model_dir.name, len(scenarios), temperature, counts, split)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -122,7 +127,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", type=Path, help="the warmed model's folder")
     parser.add_argument("--data_dir", type=Path, required=True, help="the staged synthetic inboxes")
-    parser.add_argument("--questions", type=int, default=200, help="held-out questions (default 200)")
+    parser.add_argument("--split", choices=("test", "train"), default="test",
+                        help="the held-out questions (default) or the training ones")
+    parser.add_argument("--questions", type=int, default=200, help="the split's first N questions (default 200)")
     parser.add_argument("--temperature", type=float, default=1.0, help="as rollouts sample (default 1.0; 0: greedy)")
     parser.add_argument("--max_turns", type=int, default=4, help="as the RL run's config (the system prompt says it)")
     parser.add_argument("--seed", type=int, default=0)
@@ -140,7 +147,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     found = first_turns(args.model, args.data_dir, questions=args.questions, temperature=args.temperature,
-                        max_turns=args.max_turns, seed=args.seed)
+                        max_turns=args.max_turns, seed=args.seed, split=args.split)
     print(found.line())
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

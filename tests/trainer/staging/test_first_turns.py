@@ -45,6 +45,14 @@ def test_the_held_out_questions_are_the_test_splits_first_in_file_order(inbox_da
     assert all(s.split == "test" and search_plan(s.question) is not None for s in first)
 
 
+def test_the_training_questions_can_be_asked_instead_and_the_line_says_which(inbox_data_dir: Path) -> None:
+    train = held_out(inbox_data_dir, 5, "train")
+    assert len(train) == 5 and all(s.split == "train" for s in train)
+    assert not {s.id for s in train} & {s.id for s in held_out(inbox_data_dir, 5)}
+    assert FirstTurns("m", 5, 1.0, {"good": 5}, "train").line() == (
+        "first turns of m on 5 training questions at temperature 1: good 100.0%")
+
+
 @pytest.fixture(scope="module")
 def inbox_model(tmp_path_factory: pytest.TempPathFactory, inbox_data_dir: Path) -> Path:
     out = tmp_path_factory.mktemp("inbox-model") / "model"
