@@ -14,8 +14,8 @@ searching the inbox and reading the right email, never remembered.
 A question quotes its entity (``What is the access code for the "Amber Falcon" project?``): the
 quote makes the entity's first word the same token in the question as in a search's JSON
 (``["Amber Falcon", ...]``), where no space comes before it. Unquoted, a made model must learn a
-second token for each of the 60 first words before it can copy one (seen on an H100: 7 of 100
-held-out first searches copied the entity after 3,000 warm-up steps).
+second token for each of the 60 first words before it can copy one. Quoting is not enough by
+itself: warmed up to 8,000 steps, the made model still copied no entity (docs/training.md).
 
 Every question is about an older fact of its family, and a newer fact of the same family
 (another entity) is the first email a weak search finds:
