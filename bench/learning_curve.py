@@ -81,18 +81,20 @@ SEEDS = (1, 2)  # fixed before any run: never picked after the fact
 CONTROL = "control"
 DATA_SEED = 0
 TRAIN_INBOXES, HELDOUT_INBOXES = 600, 100
-# The warm-up: half its conversations search well (seen on an H100, 2026-11-27: a quarter for 2000 steps
-# gave a model that searched well in 0 of 100 held-out first turns at temperature 1, and its runs
-# never got a right answer in 36 steps; half for 3000 steps gave 7 of 100). The first-turns stage
-# measures what the model actually does before any run starts. The questions quote their entity
-# (trainer/staging/synthetic_inbox.py says why).
-WARMUP = {"batch_size": 16, "learning_rate": 2e-3, "good_share": 0.5}
-# Two warm-ups side by side (one a GPU), differing only in what the loss counts (trainer.warmup
-# --targets): the assistant turns, or the whole conversation after the system prompt, whose tools'
-# results repeat what came before (more copying to learn from). The runs start from the one whose
-# first turns on TRAINING questions search well more often (a tie: the first); the held-out questions
-# play no part in the choice. Both are kept, with their counts, in WORK/recipes.json.
-RECIPES = ("conversation", "assistant")
+# The warm-up: half its conversations search well. The questions quote their entity
+# (trainer/staging/synthetic_inbox.py says why). The first-turns stages measure what the model
+# actually does before any run starts.
+WARMUP = {"batch_size": 16, "good_share": 0.5}
+# Two warm-ups side by side (one a GPU), each with its own settings (trainer.warmup's flags). The
+# runs start from the one whose first turns on TRAINING questions search well more often (a tie: the
+# first); the held-out questions play no part in the choice. Both models are kept, with their counts,
+# in WORK/recipes.json. Why these (docs/training.md): at learning rate 2e-3 or 5e-3 no warm-up of up
+# to 8000 steps ever copied the question's entity (two H200s, 2026-11-27: 0 good searches in 200);
+# on CPU the same model learned the copy at 5e-4 within 300 steps of a short proxy and never in 1300
+# at 2e-3. The loss on the assistant turns, or on the whole conversation after the system prompt
+# (the tools' results repeat what came before: more copying to learn from).
+RECIPES = {"assistant": {"targets": "assistant", "learning_rate": 5e-4},
+           "conversation": {"targets": "conversation", "learning_rate": 5e-4}}
 WARMUP_STEPS = 6000  # --warmup_steps: 96,000 draws from 7,200 distinct conversations
 FIRST_TURN_QUESTIONS = 200  # held-out questions the first-turns stage samples (trainer.staging.first_turns)
 MIN_GOOD_SEARCHES = 0.02  # below this share of good first searches RL has nothing to reinforce: no run starts
@@ -219,9 +221,10 @@ def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS
         f"  data      make-inboxes ({TRAIN_INBOXES} train, {HELDOUT_INBOXES} held-out inboxes, seed {DATA_SEED}) "
         f"+ prepare: ~{ESTIMATE['data']} s",
         f"  model     make-model --size inbox, warm-up {warmup_steps} steps of {WARMUP['batch_size']} "
-        f"(lr {WARMUP['learning_rate']:g}, {WARMUP['good_share']:.0%} good searches), twice side by side: the loss on "
-        f"the {' or the '.join(RECIPES)}; the runs take the one whose first turns on {FIRST_TURN_QUESTIONS} "
-        f"training questions search well more often: ~{ESTIMATE['model']} s",
+        f"({WARMUP['good_share']:.0%} good searches), {len(RECIPES)} side by side ("
+        + "; ".join(f"{name}: {recipe_flags(name)}" for name in RECIPES)
+        + f"); the runs take the one whose first turns on {FIRST_TURN_QUESTIONS} training questions search well "
+        f"more often: ~{ESTIMATE['model']} s",
         f"  first     its first turns on {FIRST_TURN_QUESTIONS} held-out questions at temperature "
         f"{config['temperature']:g}: no run starts below {MIN_GOOD_SEARCHES:.0%} good searches: "
         f"~{ESTIMATE['first_turns']} s",
@@ -279,7 +282,12 @@ def make_model(work: Work, warmup_steps: int = WARMUP_STEPS, gpus: list[str] | N
     lines = [line for line in made.splitlines() if line.startswith("model:")]
     lines += [line for output, _ in outputs for line in output.splitlines() if line.startswith(("warmup done", "warmup:"))]
     return lines + [f"{recipe}: {turns.line()}" for recipe, turns in found.items()] + [
-        f"chosen: the loss on the {chosen} (good searches on training questions {found[chosen].share('good'):.1%})"]
+        f"chosen: {chosen} ({recipe_flags(chosen)}; good searches on training questions "
+        f"{found[chosen].share('good'):.1%})"]
+
+
+def recipe_flags(recipe: str) -> str:
+    return " ".join(f"--{k} {v:g}" if isinstance(v, float) else f"--{k} {v}" for k, v in RECIPES[recipe].items())
 
 
 def recipe_model(work: Work, recipe: str) -> Path:
@@ -294,8 +302,8 @@ def warm_and_try(work: Work, random: Path, recipe: str, gpu: str, warmup_steps: 
     config, out, counts = config_values(), recipe_model(work, recipe), work.root / f"first_turns-{recipe}.json"
     warmed = command(work, f"warmup-{recipe}", [
         "-m", "trainer.warmup", str(random), str(out), "--data_dir", str(work.data), "--policy", "inbox-mix",
-        "--max_turns", str(config["max_turns"]), f"--steps={warmup_steps}", f"--targets={recipe}",
-        *(f"--{k}={v}" for k, v in WARMUP.items())], timeout=1800, **env)
+        "--max_turns", str(config["max_turns"]), f"--steps={warmup_steps}",
+        *(f"--{k}={v}" for k, v in {**WARMUP, **RECIPES[recipe]}.items())], timeout=1800, **env)
     command(work, f"first-turns-{recipe}", first_turns_args(out, work.data, counts, "train"), **env)
     return warmed, FirstTurns(**json.loads(counts.read_text()))
 
