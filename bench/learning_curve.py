@@ -13,7 +13,8 @@ On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no downlo
    question or answer in the train split) staged by ``trainer.data prepare``;
 2. model: ``trainer.data make-model --size inbox`` warmed up by ``trainer.warmup --policy
    inbox-mix``: the tool format from scripted conversations of which only half search well
-   (trainer/staging/inbox_policy.py), the room RL has to improve;
+   (trainer/staging/inbox_policy.py), the room RL has to improve. Two warm-ups (RECIPES) side by
+   side; the runs take the one that searches well more often on training questions;
 3. first turns: what the warmed model's first turn is on held-out questions, sampled as rollouts
    sample (trainer/staging/first_turns.py); no run starts on a model that rarely searches well;
 4. scripted: that policy on the validation questions with the real tools (its accuracy is
@@ -90,13 +91,13 @@ WARMUP = {"batch_size": 16, "good_share": 0.5}
 # first); the held-out questions play no part in the choice. Both models are kept, with their counts,
 # in WORK/recipes.json. Why these (docs/training.md): at learning rate 2e-3 or 5e-3 no warm-up of up
 # to 8000 steps ever copied the question's entity (two H200s, 2026-11-27: 0 good searches in 200);
-# on CPU the same model learned the copy at 5e-4 within 300 steps of a short proxy and never in 1300
-# at 2e-3. The loss on the assistant turns, or on the whole conversation after the system prompt
+# on CPU the same model learned the copy at 5e-4 within 300 steps of a short proxy (bench/warmup_copy.py)
+# and never in 800 at 2e-3. The loss on the assistant turns, or on the whole conversation after the system prompt
 # (the tools' results repeat what came before: more copying to learn from).
 RECIPES = {"assistant": {"targets": "assistant", "learning_rate": 5e-4},
            "conversation": {"targets": "conversation", "learning_rate": 5e-4}}
 WARMUP_STEPS = 6000  # --warmup_steps: 96,000 draws from 7,200 distinct conversations
-FIRST_TURN_QUESTIONS = 200  # held-out questions the first-turns stage samples (trainer.staging.first_turns)
+FIRST_TURN_QUESTIONS = 200  # questions the first-turns stages sample, of each split (trainer.staging.first_turns)
 MIN_GOOD_SEARCHES = 0.02  # below this share of good first searches RL has nothing to reinforce: no run starts
 RESULTS = REPO / "docs" / "results"
 # Planning figures in seconds (docs/training.md). Measured by this bench on H100s, 2026-11-27: the data
