@@ -310,8 +310,9 @@ def warm_and_try(work: Work, random: Path, recipe: str, gpu: str, warmup_steps: 
 
 
 def chosen_recipe(found: dict[str, "FirstTurns"]) -> str:
-    """The recipe whose first turns searched well most often (on training questions); a tie: the first."""
-    return max(found, key=lambda recipe: (found[recipe].counts.get("good", 0), -list(found).index(recipe)))
+    """The recipe whose first turns searched well most often (on training questions); a tie: the first
+    (``max`` keeps the first of equals)."""
+    return max(found, key=lambda recipe: found[recipe].counts.get("good", 0))
 
 
 def first_turns_args(model: Path, data: Path, out: Path, split: str) -> list[str]:

@@ -19,7 +19,6 @@ Needs torch and transformers (the backend's environment).
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
 from dataclasses import dataclass
@@ -32,12 +31,13 @@ from trainer.agent.scenarios import load_scenarios  # noqa: E402
 from trainer.agent.tools import SEARCH_EMAILS  # noqa: E402
 from trainer.staging.scripted_moves import tool_call  # noqa: E402
 from trainer.staging.synthetic_inbox import search_plan  # noqa: E402
+from trainer.staging.warmup import train as warmup_train  # noqa: E402
 
 
 @dataclass(frozen=True)
 class FirstCall:
-    """A question and its good search, tokenised: the targets are the call's tokens; ``copied`` is
-    how many of them, from the first, reach the entity's end."""
+    """A question and its good search, tokenised (a trainer.warmup Example, and more): the targets
+    are the call's tokens; ``copied`` is how many of them, from the first, reach the entity's end."""
 
     input_ids: list[int]
     labels: list[int]
@@ -66,19 +66,6 @@ def calls(tokenizer: Any, data_dir: Path, split: str, limit: int | None) -> list
     return [c for c in made if c is not None][:limit]
 
 
-def batch(rows: list[FirstCall]):  # -> input_ids, labels, attention_mask
-    import torch
-
-    width = max(len(r.input_ids) for r in rows)
-    ids = torch.zeros((len(rows), width), dtype=torch.long)
-    labels = torch.full((len(rows), width), -100, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        n = len(row.input_ids)
-        ids[i, :n], labels[i, :n], mask[i, :n] = torch.tensor(row.input_ids), torch.tensor(row.labels), 1
-    return ids, labels, mask
-
-
 def copied_share(model: Any, held_out: list[FirstCall]) -> float:
     """The share of questions whose call is predicted right, teacher-forced, up to the entity's end."""
     import torch
@@ -95,26 +82,24 @@ def copied_share(model: Any, held_out: list[FirstCall]) -> float:
 
 
 def run(args: argparse.Namespace, say=print) -> list[float]:
+    """The warm-up's own loop (trainer.warmup's ``train``) on the first calls, measured every ``--every`` steps."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(args.model))
     model = AutoModelForCausalLM.from_pretrained(str(args.model), dtype=torch.float32)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=0.0)
     train, held_out = calls(tokenizer, args.data_dir, "train", None), calls(tokenizer, args.data_dir, "test", args.questions)
-    rng, began, shares = random.Random(args.seed), time.monotonic(), []
-    for step in range(1, args.steps + 1):
-        ids, labels, mask = batch([rng.choice(train) for _ in range(args.batch_size)])
-        loss = model(input_ids=ids, labels=labels, attention_mask=mask).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    began, shares = time.monotonic(), []
+
+    def measure(step: int, loss: float) -> None:
         if step % args.every == 0:
             shares.append(copied_share(model, held_out))
-            say(f"step {step}: loss {loss.item():.3f}, held-out entity copied {shares[-1]:.2f} "
+            say(f"step {step}: loss {loss:.3f}, held-out entity copied {shares[-1]:.2f} "
                 f"({len(held_out)} questions, learning rate {args.learning_rate:g}, {time.monotonic() - began:.0f} s)")
+
+    warmup_train(model, train, tokenizer.pad_token_id, steps=args.steps, batch_size=args.batch_size,
+                 learning_rate=args.learning_rate, seed=args.seed, device="cpu", say=lambda _: None, after_step=measure)
     return shares
 
 

@@ -120,9 +120,6 @@ def assistant_spans(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[str
     return render(len(messages), False), spans
 
 
-TARGETS = ("assistant", "conversation")
-
-
 def conversation_span(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[str, list[tuple[int, int]]]:
     """The rendered conversation and one span: everything after the system message (the question,
     the calls and the tools' results). The results repeat what came before (the snippet the
@@ -132,10 +129,14 @@ def conversation_span(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[s
     return text, [(len(system), len(text))]
 
 
+SPANS = {"assistant": assistant_spans, "conversation": conversation_span}  # --targets: what the loss counts
+TARGETS = tuple(SPANS)
+
+
 def to_example(tokenizer: Any, messages: list[dict[str, Any]], targets: str = "assistant") -> Example:
     """The conversation's tokens, the loss on ``targets``: the assistant turns (what the agent
     writes), or the whole conversation after the system prompt."""
-    text, spans = (assistant_spans if targets == "assistant" else conversation_span)(tokenizer, messages)
+    text, spans = SPANS[targets](tokenizer, messages)
     encoded = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
     labels = [token if any(start <= begin < end for start, end in spans) else -100
               for token, (begin, _) in zip(encoded["input_ids"], encoded["offset_mapping"])]
@@ -191,7 +192,9 @@ def collate(batch: list[Example], pad_id: int, device: str):  # -> dict of tenso
 
 
 def train(model: Any, examples: list[Example], pad_id: int, *, steps: int, batch_size: int, learning_rate: float,
-          seed: int, device: str, say=print) -> list[float]:
+          seed: int, device: str, say=print, after_step=None) -> list[float]:
+    """AdamW on batches drawn from ``examples``; ``after_step(step, loss)``, if given, runs after each
+    step (bench/warmup_copy.py measures there)."""
     import torch  # torch only in the warm-up's steps, not at --help
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
@@ -206,6 +209,8 @@ def train(model: Any, examples: list[Example], pad_id: int, *, steps: int, batch
         losses.append(loss.item())
         if step == 1 or step % max(1, steps // 10) == 0 or step == steps:
             say(f"warmup step {step}/{steps}: loss {losses[-1]:.4f}")
+        if after_step is not None:
+            after_step(step, losses[-1])
     return losses
 
 
