@@ -13,8 +13,9 @@ On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no downlo
    question or answer in the train split) staged by ``trainer.data prepare``;
 2. model: ``trainer.data make-model --size inbox`` warmed up by ``trainer.warmup --policy
    inbox-mix``: the tool format from scripted conversations of which only half search well
-   (trainer/staging/inbox_policy.py), the room RL has to improve. Two warm-ups (RECIPES) side by
-   side; the runs take the one that searches well more often on training questions;
+   (trainer/staging/inbox_policy.py), the room RL has to improve, after the copy lesson (the
+   first turns alone: trainer/staging/first_calls.py). Two warm-ups (RECIPES) side by side; the
+   runs take the one that searches well more often on training questions;
 3. first turns: what the warmed model's first turn is on held-out questions, sampled as rollouts
    sample (trainer/staging/first_turns.py); no run starts on a model that rarely searches well;
 4. scripted: that policy on the validation questions with the real tools (its accuracy is
@@ -90,12 +91,15 @@ WARMUP = {"batch_size": 16, "good_share": 0.5}
 # runs start from the one whose first turns on TRAINING questions search well more often (a tie: the
 # first); the held-out questions play no part in the choice. Both models are kept, with their counts,
 # in WORK/recipes.json. Why these (docs/training.md): at learning rate 2e-3 or 5e-3 no warm-up of up
-# to 8000 steps ever copied the question's entity (two H200s, 2026-11-27: 0 good searches in 200);
-# on CPU the same model learned the copy at 5e-4 within 300 steps of a short proxy (bench/warmup_copy.py)
-# and never in 800 at 2e-3. The loss on the assistant turns, or on the whole conversation after the system prompt
-# (the tools' results repeat what came before: more copying to learn from).
-RECIPES = {"assistant": {"targets": "assistant", "learning_rate": 5e-4},
-           "conversation": {"targets": "conversation", "learning_rate": 5e-4}}
+# to 8000 steps ever copied the question's entity (two H200s, 2026-11-27: 0 good searches in 200),
+# nor at 5e-4 (6000 steps: 0.5%; 3000 with every search good: 0%). The same model learns the copy in
+# 300-400 steps on the first calls alone with nothing before the question, at 5e-4, never at 2e-3,
+# and after the system prompt not in 3000 (bench/warmup_copy.py, on CPU and an H200); learned there
+# first, it carries over to the whole first turn in 50 steps. So each warm-up starts with the copy
+# lesson (--copy_steps). The loss on the assistant turns, or on the whole conversation after the
+# system prompt (the tools' results repeat what came before: more copying to learn from).
+RECIPES = {"assistant": {"targets": "assistant", "learning_rate": 5e-4, "copy_steps": 600},
+           "conversation": {"targets": "conversation", "learning_rate": 5e-4, "copy_steps": 600}}
 WARMUP_STEPS = 6000  # --warmup_steps: 96,000 draws from 7,200 distinct conversations
 FIRST_TURN_QUESTIONS = 200  # questions the first-turns stages sample, of each split (trainer.staging.first_turns)
 MIN_GOOD_SEARCHES = 0.02  # below this share of good first searches RL has nothing to reinforce: no run starts
@@ -281,7 +285,8 @@ def make_model(work: Work, warmup_steps: int = WARMUP_STEPS, gpus: list[str] | N
         recipe: turns.__dict__ for recipe, turns in found.items()}}, indent=1) + "\n")
     recipe_model(work, chosen).rename(work.model)
     lines = [line for line in made.splitlines() if line.startswith("model:")]
-    lines += [line for output, _ in outputs for line in output.splitlines() if line.startswith(("warmup done", "warmup:"))]
+    said = ("copy lesson", "warmup done", "warmup:")
+    lines += [line for output, _ in outputs for line in output.splitlines() if line.startswith(said)]
     return lines + [f"{recipe}: {turns.line()}" for recipe, turns in found.items()] + [
         f"chosen: {chosen} ({recipe_flags(chosen)}; good searches on training questions "
         f"{found[chosen].share('good'):.1%})"]

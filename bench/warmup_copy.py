@@ -1,16 +1,22 @@
-"""Can a made model learn to copy the question's entity into its search? A CPU proxy of the warm-up.
+"""Can a made model learn to copy the question's entity into its search? A proxy of the warm-up.
 
     .venv-backend/bin/python bench/warmup_copy.py MODEL --data_dir D [--learning_rate 5e-4] [--steps 400]
+        [--context none|system|tools] [--device cpu|cuda] [--save DIR]
 
 The learning-curve bench's warm-ups never copied the entity on the GPU (docs/training.md): their
 first searches named entities they had seen, never the question's. This proxy trains the first
-turn alone, the question then the good search's call (``synthetic_inbox.search_plan``), rendered
-with the model's chat template but no system prompt, so a step costs a fraction of a second on a
-CPU; every ``--every`` steps it prints, on the first ``--questions`` held-out questions, the
-share whose call is predicted right, teacher-forced, up to the entity's end. Measured with it
-(2026-11-27, one CPU core, the bench's `inbox` model on its data with quoted questions, seed 0):
-at learning rate 2e-3 (the bench's warm-up until then) 0.00, 0.00, 0.00, 0.01, 0.00, 0.00, 0.00,
-0.00 at steps 100 to 800; at 5e-4, 0.00, 0.00, 1.00, 1.00 at steps 100 to 400.
+turn alone, the question then the good search's call (trainer/staging/first_calls.py), with
+``--context`` before the question: nothing (default), the rollout's system prompt, or that and
+the tools' schemas in the template (the warm-up's first turn). Every ``--every`` steps it prints,
+on the first ``--questions`` held-out questions, the share whose call is predicted right,
+teacher-forced, up to the entity's end. Measured with it (2026-11-27, the bench's `inbox` model on
+its data with quoted questions, seed 0, 16 a step):
+- context none, one CPU core: learning rate 2e-3 (the bench's warm-up until then) 0.00, 0.00,
+  0.00, 0.01, 0.00, 0.00, 0.00, 0.00 at steps 100 to 800; 5e-4: 0.00, 0.00, 1.00, 1.00 at 100-400;
+- on an H200 at 5e-4: context none 0.01, 0.00, 0.77, 1.00, 1.00, 1.00 at 100-600; system 0.00 at
+  250-1500, then 0.01-0.03 at 1750-3000; tools 0.00 at 100-700;
+- context tools from the model that learned it with none (400 steps, CPU): 0.00 before a step,
+  1.00 after 50. Hence ``trainer.warmup --copy_steps``.
 
 MODEL is a made model (``python -m trainer.data make-model``); D the staged synthetic inboxes.
 Needs torch and transformers (the backend's environment).
@@ -21,49 +27,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from trainer.agent.scenarios import load_scenarios  # noqa: E402
-from trainer.agent.tools import SEARCH_EMAILS  # noqa: E402
-from trainer.staging.scripted_moves import tool_call  # noqa: E402
-from trainer.staging.synthetic_inbox import search_plan  # noqa: E402
+from trainer.staging.first_calls import CONTEXTS, FirstCall, first_calls  # noqa: E402
 from trainer.staging.warmup import train as warmup_train  # noqa: E402
 
 
-@dataclass(frozen=True)
-class FirstCall:
-    """A question and its good search, tokenised (a trainer.warmup Example, and more): the targets
-    are the call's tokens; ``copied`` is how many of them, from the first, reach the entity's end."""
-
-    input_ids: list[int]
-    labels: list[int]
-    prompt: int
-    copied: int
-
-
-def first_call(tokenizer: Any, question: str) -> FirstCall | None:
-    plan = search_plan(question)
-    if plan is None:
-        return None
-    user = [{"role": "user", "content": question}]
-    call = {"role": "assistant", "content": "", "tool_calls": [tool_call(1, SEARCH_EMAILS, {"keywords": plan.good})]}
-    prompt = tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
-    whole = tokenizer.apply_chat_template(user + [call], tokenize=False)
-    ids = tokenizer(whole, add_special_tokens=False)["input_ids"]
-    start = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-    end = whole.index(plan.good[0], len(prompt)) + len(plan.good[0])
-    copied = next(n for n in range(1, len(ids) - start + 1) if len(tokenizer.decode(ids[:start + n])) >= end)
-    return FirstCall(ids, [-100] * start + ids[start:], start, copied)
-
-
-def calls(tokenizer: Any, data_dir: Path, split: str, limit: int | None) -> list[FirstCall]:
-    scenarios = load_scenarios(data_dir, split, limit=None, shuffle=False)
-    made = [first_call(tokenizer, s.question) for s in scenarios]
-    return [c for c in made if c is not None][:limit]
+def calls(tokenizer: Any, data_dir: Path, split: str, limit: int | None, context: str = "none") -> list[FirstCall]:
+    return first_calls(tokenizer, load_scenarios(data_dir, split, limit=None, shuffle=False), context)[:limit]
 
 
 def copied_share(model: Any, held_out: list[FirstCall]) -> float:
@@ -74,7 +49,7 @@ def copied_share(model: Any, held_out: list[FirstCall]) -> float:
     right = 0
     with torch.no_grad():
         for row in held_out:
-            predicted = model(input_ids=torch.tensor([row.input_ids])).logits[0].argmax(-1)
+            predicted = model(input_ids=torch.tensor([row.input_ids], device=model.device)).logits[0].argmax(-1)
             span = range(row.prompt, row.prompt + row.copied)
             right += all(int(predicted[i - 1]) == row.input_ids[i] for i in span)
     model.train()
@@ -88,8 +63,9 @@ def run(args: argparse.Namespace, say=print) -> list[float]:
 
     torch.manual_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(args.model))
-    model = AutoModelForCausalLM.from_pretrained(str(args.model), dtype=torch.float32)
-    train, held_out = calls(tokenizer, args.data_dir, "train", None), calls(tokenizer, args.data_dir, "test", args.questions)
+    model = AutoModelForCausalLM.from_pretrained(str(args.model), dtype=torch.float32).to(args.device)
+    train = calls(tokenizer, args.data_dir, "train", None, args.context)
+    held_out = calls(tokenizer, args.data_dir, "test", args.questions, args.context)
     began, shares = time.monotonic(), []
 
     def measure(step: int, loss: float) -> None:
@@ -99,7 +75,10 @@ def run(args: argparse.Namespace, say=print) -> list[float]:
                 f"({len(held_out)} questions, learning rate {args.learning_rate:g}, {time.monotonic() - began:.0f} s)")
 
     warmup_train(model, train, tokenizer.pad_token_id, steps=args.steps, batch_size=args.batch_size,
-                 learning_rate=args.learning_rate, seed=args.seed, device="cpu", say=lambda _: None, after_step=measure)
+                 learning_rate=args.learning_rate, seed=args.seed, device=args.device, say=lambda _: None, after_step=measure)
+    if args.save is not None:
+        model.save_pretrained(args.save)
+        tokenizer.save_pretrained(args.save)
     return shares
 
 
@@ -113,6 +92,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--every", type=int, default=100, help="measure every N steps (default 100)")
     parser.add_argument("--questions", type=int, default=200, help="held-out questions measured (default 200)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--context", choices=CONTEXTS, default="none",
+                        help="what comes before the question: nothing (default), the rollout's system prompt, or "
+                             "that and the tools' schemas (the warm-up's first turn)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to train (default cpu)")
+    parser.add_argument("--save", type=Path, default=None, help="also write the trained model here")
     args = parser.parse_args(argv)
     if min(args.steps, args.batch_size, args.every, args.questions) < 1 or args.learning_rate < 0:
         parser.error(f"invalid --steps {args.steps} / --batch_size {args.batch_size} / --every {args.every} / "

@@ -81,3 +81,13 @@ def inbox_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     emails, questions = write(generate(seed=3, train_inboxes=40, heldout_inboxes=10), root / "source")
     prepare(root / "data", str(emails), str(questions), show_progress=False)
     return root / "data"
+
+
+@pytest.fixture(scope="session")
+def inbox_model(tmp_path_factory: pytest.TempPathFactory, inbox_data_dir: Path) -> Path:
+    """A `tiny` made model (random weights) with its tokenizer trained on those inboxes' emails."""
+    from trainer.data import main as data_main
+
+    out = tmp_path_factory.mktemp("inbox-model") / "model"
+    assert data_main(["make-model", str(out), "--size", "tiny", "--data_dir", str(inbox_data_dir)]) == 0
+    return out

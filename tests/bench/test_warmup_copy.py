@@ -7,10 +7,6 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from trainer.data import main as data_main
-
 REPO = Path(__file__).resolve().parents[2]
 CHECK = """
 import json, sys
@@ -31,17 +27,10 @@ main([str(model), "--data_dir", str(data), "--steps", "2", "--every", "1", "--qu
 """
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory, inbox_data_dir: Path) -> Path:
-    out = tmp_path_factory.mktemp("copy") / "model"
-    assert data_main(["make-model", str(out), "--size", "tiny", "--data_dir", str(inbox_data_dir)]) == 0
-    return out
-
-
 def test_the_proxy_targets_the_first_call_counts_up_to_the_entity_and_measures_each_step(
-        tiny_model: Path, inbox_data_dir: Path, backend_python: Path) -> None:
+        inbox_model: Path, inbox_data_dir: Path, backend_python: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    result = subprocess.run([str(backend_python), "-c", CHECK, str(tiny_model), str(inbox_data_dir)], cwd=REPO,
+    result = subprocess.run([str(backend_python), "-c", CHECK, str(inbox_model), str(inbox_data_dir)], cwd=REPO,
                             env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     first, *steps = result.stdout.strip().splitlines()

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -112,14 +111,12 @@ async def rollout(
 
 def system_prompt(scenario: "Scenario", config: AgentConfig) -> str:
     """ART-E's task framing; in text mode it also carries the tool specs and the reply format."""
-    prompt = textwrap.dedent(
-        f"""\
-        You are an email search agent. Use the tools to search the user's email and find the answer \
-        to the user's question. You may take up to {config.max_turns} turns, so if a search finds \
-        nothing useful, try again with other keywords.
-
-        The user's email address is {scenario.inbox_address}
-        Today's date is {scenario.query_date}"""
+    prompt = (
+        "You are an email search agent. Use the tools to search the user's email and find the answer "
+        f"to the user's question. You may take up to {config.max_turns} turns, so if a search finds "
+        "nothing useful, try again with other keywords.\n\n"
+        f"The user's email address is {scenario.inbox_address}\n"
+        f"Today's date is {scenario.query_date}"
     )
     if config.tool_calling:
         return prompt

@@ -11,7 +11,10 @@ email database: search with the question's words that the answer's email holds,
 read that email, answer with the reference answer citing it. The conversation is
 rendered with the model's own chat template and the real system prompt
 (``trainer.agent.rollout.system_prompt``); the loss counts the assistant turns only, or with
-``--targets conversation`` everything after the system prompt.
+``--targets conversation`` everything after the system prompt. With ``--copy_steps N`` the
+warm-up first trains N steps on the first calls alone (the question, then its good search;
+trainer/staging/first_calls.py): a small made model learns to copy the question's entity
+there, and never in whole conversations.
 
 Needs torch and transformers (the backend's environment, on a GPU node); the
 scripted trajectories themselves need neither. Writes an ordinary model folder:
@@ -37,6 +40,7 @@ from trainer.agent.rollout import AgentConfig
 from trainer.agent.scenarios import load_scenarios
 from trainer.agent.tools import READ_EMAIL, RETURN_FINAL_ANSWER, SEARCH_EMAILS, TOOL_SCHEMAS, EmailTools
 from trainer.staging.data import data_paths, default_data_dir
+from trainer.staging.first_calls import first_calls
 from trainer.staging.inbox_policy import GOOD_SHARE, mixed
 from trainer.staging.scripted_moves import opening, play
 
@@ -155,6 +159,7 @@ class WarmupReport:
     seconds: float
     tool_call_rate: float  # first turns (greedy) that parse as a tool call after the warm-up
     targets: str = "assistant"  # what the loss counted (TARGETS)
+    copy_steps: int = 0  # steps on the first calls alone before the conversations (copy_lesson)
 
 
 def tokenised(tokenizer: Any, conversations: list[list[dict[str, Any]]], targets: str = "assistant") -> list[Example]:
@@ -256,18 +261,31 @@ def inbox_mix_policy(scenarios: list["Scenario"], db: "EmailDB", agent: AgentCon
 POLICIES = {"reference": reference_policy, "inbox-mix": inbox_mix_policy}
 
 
+def copy_lesson(model: Any, tokenizer: Any, scenarios: list["Scenario"], *, steps: int, batch_size: int,
+                learning_rate: float, seed: int, device: str, say=print) -> None:
+    """``steps`` steps on the first calls alone, the question then its good search and nothing
+    before the question (trainer/staging/first_calls.py): there the made model learns to copy the
+    question's entity in a few hundred steps, which whole conversations never taught it."""
+    lessons = first_calls(tokenizer, scenarios)
+    if not lessons:
+        raise WarmupError("--copy_steps needs the synthetic inboxes' questions (python -m trainer.data make-inboxes): "
+                          "no training question has a planned search")
+    say(f"copy lesson: {len(lessons)} first calls without the system prompt, {steps} steps of {batch_size}")
+    train(model, lessons, tokenizer.pad_token_id, steps=steps, batch_size=batch_size, learning_rate=learning_rate,
+          seed=seed, device=device, say=say)
+
+
 def warm_up(base: Path, out: Path, data_dir: Path, *, steps: int, batch_size: int, learning_rate: float,
             max_turns: int, seed: int = 0, check: int = 16, policy: str = "reference", good_share: float = 1.0,
-            targets: str = "assistant", say=print) -> WarmupReport:
-    """Warm ``base`` up into ``out`` on ``policy``'s conversations; ``check`` conversations' first
-    turns are generated after it."""
+            targets: str = "assistant", copy_steps: int = 0, say=print) -> WarmupReport:
+    """Warm ``base`` up into ``out`` on ``policy``'s conversations, after ``copy_steps`` of the copy
+    lesson; ``check`` conversations' first turns are generated after it."""
     import torch  # torch only in the warm-up's steps, not at --help
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-
+    scenarios = load_scenarios(data_dir, "train", limit=None)
     with EmailDB(data_paths(data_dir).db) as db:
-        conversations = POLICIES[policy](load_scenarios(data_dir, "train", limit=None), db,
-                                         AgentConfig(max_turns=max_turns), good_share=good_share)
+        conversations = POLICIES[policy](scenarios, db, AgentConfig(max_turns=max_turns), good_share=good_share)
     if not conversations:
         raise WarmupError(f"no training scenario of {data_dir} gives a scripted conversation (no question word found "
                           "its email); stage the data with `python -m trainer.data prepare`")
@@ -276,16 +294,19 @@ def warm_up(base: Path, out: Path, data_dir: Path, *, steps: int, batch_size: in
     # float32 on any device: in bf16 weights Adam's small updates round away; saved as bf16 below
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     model.to(device)
+    began = time.monotonic()
+    if copy_steps:
+        copy_lesson(model, tokenizer, scenarios, steps=copy_steps, batch_size=batch_size, learning_rate=learning_rate,
+                    seed=seed, device=device, say=say)
     examples = tokenised(tokenizer, conversations, targets)
     unique = distinct(conversations)
     say(f"warmup: {len(unique)} scripted conversations from {data_dir} ({len(examples)} with repeats), {steps} steps "
         f"of {batch_size} on {device}, loss on the {targets}")
-    began = time.monotonic()
     losses = train(model, examples, tokenizer.pad_token_id, steps=steps, batch_size=batch_size,
                    learning_rate=learning_rate, seed=seed, device=device, say=say)
     first_turns = tool_call_rate(model, tokenizer, unique[::max(1, len(unique) // check)][:check], device)
     report = WarmupReport(len(unique), steps, round(losses[0], 4), round(losses[-1], 4),
-                          round(time.monotonic() - began, 1), round(first_turns, 3), targets)
+                          round(time.monotonic() - began, 1), round(first_turns, 3), targets, copy_steps)
     save(model.to(torch.bfloat16), base, out, report)
     return report
 
@@ -317,22 +338,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", choices=TARGETS, default="assistant",
                         help="what the loss counts: the assistant turns (default), or the whole conversation after "
                              "the system prompt (the tools' results too: more copying to learn from)")
+    parser.add_argument("--copy_steps", type=int, default=0,
+                        help="first, this many steps on the first calls alone (the question, then its good search; "
+                             "synthetic inboxes only): where the made model learns to copy the question's entity "
+                             "(trainer/staging/first_calls.py; default 0)")
     parser.add_argument("--seed", type=int, default=0, help="the batches' order and the mix's choices")
     args = parser.parse_args(argv)
 
     try:
         if args.steps < 1 or args.batch_size < 1:
             raise WarmupError(f"--steps {args.steps} / --batch_size {args.batch_size}: both must be integers >= 1")
+        if args.copy_steps < 0:
+            raise WarmupError(f"--copy_steps {args.copy_steps}: accepted: an integer >= 0")
         if not (args.base / "config.json").is_file():
             raise WarmupError(f"{args.base} is not a model folder (no config.json); make one with "
                               "`python -m trainer.data make-model DIR`")
         report = warm_up(args.base, args.out, args.data_dir or default_data_dir(), steps=args.steps,
                          batch_size=args.batch_size, learning_rate=args.learning_rate, max_turns=args.max_turns,
-                         seed=args.seed, policy=args.policy, good_share=good_share(args), targets=args.targets)
+                         seed=args.seed, policy=args.policy, good_share=good_share(args), targets=args.targets,
+                         copy_steps=args.copy_steps)
     except WarmupError as error:
         print(f"trainer.warmup: error: {error}", file=sys.stderr)
         return 2
-    print(f"warmup done: {report.conversations} conversations, {report.steps} steps in {report.seconds} s, loss "
+    lesson = f"{report.copy_steps} copy-lesson steps and " if report.copy_steps else ""
+    print(f"warmup done: {report.conversations} conversations, {lesson}{report.steps} steps in {report.seconds} s, loss "
           f"{report.first_loss} -> {report.last_loss}, first turns parsing as a tool call: {report.tool_call_rate:.0%}; "
           f"model: {args.out}")
     return 0

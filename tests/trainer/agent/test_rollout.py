@@ -17,7 +17,7 @@ from openai.types.chat.chat_completion import Choice
 
 from tests.doubles.openai_server import OpenAIServer, failure, text, tool_call, tool_calls
 from trainer.agent.judge import Judge
-from trainer.agent.rollout import AgentConfig, rollout
+from trainer.agent.rollout import AgentConfig, rollout, system_prompt
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:coroutine 'Logging.async_success_handler' was never awaited:RuntimeWarning",
@@ -258,3 +258,14 @@ def test_importing_the_rollout_module_loads_no_heavy_dependency():
             "print(sorted(m for m in ('art', 'litellm', 'torch', 'datasets', 'openai') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_system_prompt_reads_as_sentences_with_no_runs_of_spaces(scenario):
+    """Its lines were once joined with their source indentation (nine spaces in the middle of a
+    sentence): tokens every rollout and warm-up paid for, and text no model had seen."""
+    prompt = system_prompt(scenario, AgentConfig(max_turns=7))
+    assert "  " not in prompt
+    assert prompt.startswith("You are an email search agent. Use the tools to search the user's email and find the "
+                             "answer to the user's question. You may take up to 7 turns, so if a search finds "
+                             "nothing useful, try again with other keywords.\n\n")
+    assert prompt.endswith(f"The user's email address is {scenario.inbox_address}\nToday's date is {scenario.query_date}")

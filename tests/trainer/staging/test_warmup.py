@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
 
 from trainer.agent.rollout import AgentConfig, system_prompt
 from trainer.agent.scenarios import load_scenarios
 from trainer.agent.tools import READ_EMAIL, RETURN_FINAL_ANSWER, SEARCH_EMAILS
-from trainer.staging.warmup import keywords, parsed_tool_call, scripted_conversation, scripted_conversations
+from trainer.staging.warmup import keywords, main, parsed_tool_call, scripted_conversation, scripted_conversations
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_keywords_are_the_questions_longest_words_that_the_email_holds() -> None:
@@ -46,3 +53,46 @@ def test_a_generated_turn_counts_as_a_tool_call_only_when_hermes_could_parse_it(
     assert parsed_tool_call(good) == {"name": "search_emails", "arguments": {"keywords": ["x"]}}
     assert parsed_tool_call('<tool_call>\n{"name": "search_emails", "arguments": \n</tool_call>') is None
     assert parsed_tool_call("I think the answer is Tuesday.") is None
+
+
+COPY_LESSON = """
+import json, sys
+from pathlib import Path
+from trainer.staging.warmup import WarmupError, warm_up
+model, data, art_e, out = (Path(p) for p in sys.argv[1:5])
+said = []
+report = warm_up(model, out / "inbox", data, steps=2, batch_size=2, learning_rate=5e-4, max_turns=4, check=1,
+                 policy="inbox-mix", good_share=0.5, copy_steps=3, say=said.append)
+try:
+    warm_up(model, out / "art-e", art_e, steps=2, batch_size=2, learning_rate=5e-4, max_turns=4, check=1, copy_steps=3,
+            say=said.append)
+    refused = None
+except WarmupError as error:
+    refused = str(error)
+print(json.dumps({"said": said, "copy_steps": report.copy_steps, "refused": refused,
+                  "made_by": json.loads((out / "inbox" / "made_by.json").read_text())["warmup"]}))
+"""
+
+
+def test_the_copy_lesson_trains_the_first_calls_before_the_conversations_and_needs_inbox_questions(
+        inbox_model: Path, inbox_data_dir: Path, art_e_data_dir: Path, backend_python: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    result = subprocess.run([str(backend_python), "-c", COPY_LESSON, str(inbox_model), str(inbox_data_dir),
+                             str(art_e_data_dir), str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    said = found["said"]
+    lesson = next(i for i, line in enumerate(said) if line.startswith("copy lesson: "))
+    assert said[lesson].endswith("first calls without the system prompt, 3 steps of 2")
+    assert [line.split(":")[0] for line in said[lesson + 1:lesson + 4]] == [f"warmup step {n}/3" for n in (1, 2, 3)]
+    assert said[lesson + 4].startswith("warmup: ")  # then the conversations, as before
+    assert found["copy_steps"] == 3 and found["made_by"]["copy_steps"] == 3
+    assert found["refused"].startswith("--copy_steps needs the synthetic inboxes' questions")
+
+
+def test_a_negative_copy_steps_is_a_one_line_error_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path / "base"), str(tmp_path / "out"), "--copy_steps", "-1"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == "trainer.warmup: error: --copy_steps -1: accepted: an integer >= 0"
+    assert not (tmp_path / "out").exists()
