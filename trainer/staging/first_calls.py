@@ -42,7 +42,9 @@ class FirstCall:
 def first_turn(scenario: "Scenario", context: str) -> tuple[list[dict[str, Any]], Any]:
     """The messages before the call and the tools the template renders: the question alone
     (``none``), after the rollout's system prompt (``system``), or also with the tools' schemas in
-    the template (``tools``: the first turn of the warm-up's conversations and of the rollouts)."""
+    the template (``tools``: the shape of the first turn of the warm-up's conversations and of the
+    rollouts). The system prompt is AgentConfig's default's, which says 10 turns where the
+    learning-curve bench's says 4: the contexts were measured so (bench/warmup_copy.py)."""
     if context == "none":
         return [{"role": "user", "content": scenario.question}], None
     return opening(scenario, AgentConfig()), TOOL_SCHEMAS if context == "tools" else None
