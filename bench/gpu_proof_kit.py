@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.adapter_weights import same_weights  # noqa: E402
 from hpc.job.workload_env import Job, job_env, offline_env, run_slot_env  # noqa: E402
 from hpc.run.checkpoints import list_checkpoints  # noqa: E402
 from hpc.run.checkpoints import model_dir as art_model_dir  # noqa: E402
@@ -534,21 +535,17 @@ def seconds_per_step(records: list[dict[str, Any]]) -> float:
     return sum(record["seconds"] for record in records) / len(records) if records else 0.0
 
 
-def adapter_bytes(checkpoint: Path) -> bytes:
-    return (checkpoint / "adapter_model.safetensors").read_bytes()
-
-
 def folder_mib(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
 def trained_steps(work: Work, records: list[dict[str, Any]]) -> list[int]:
-    """Steps whose checkpoint's LoRA differs from the previous one (ART copies it forward when
-    nothing in a step is trainable)."""
+    """Steps whose checkpoint's LoRA weights differ from the previous one's (ART copies it forward
+    when nothing in a step is trainable; bench/adapter_weights.py says why values, not bytes)."""
     by_step = {c.step: c.path for c in list_checkpoints(work.model_dir)}
     return [r["step"] for r in records
             if r["step"] in by_step and r["step"] - 1 in by_step
-            and adapter_bytes(by_step[r["step"]]) != adapter_bytes(by_step[r["step"] - 1])]
+            and not same_weights(by_step[r["step"]], by_step[r["step"] - 1])]
 
 
 def check_stopped(work: Work, mark: RecordMark, code: int, log: str, steps: int) -> list[dict[str, Any]]:

@@ -10,12 +10,14 @@
 On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no download:
 
 1. data: ``trainer.data make-inboxes`` (synthetic inboxes, split by inbox: no held-out inbox,
-   question or answer in the train split) staged by ``trainer.data prepare``;
+   question or answer in the train split; the warm-up's inboxes apart from both, so RL trains
+   on entities the warm-up never saw) staged by ``trainer.data prepare``, the warm-up's into
+   WORK/warmup-data;
 2. model: ``trainer.data make-model --size inbox`` warmed up by ``trainer.warmup --policy
    inbox-mix``: the tool format from scripted conversations of which only half search well
    (trainer/staging/inbox_policy.py), the room RL has to improve, after the copy lesson (the
    first turns alone: trainer/staging/first_calls.py). Two warm-ups (RECIPES) side by side; the
-   runs take the one that searches well more often on training questions;
+   runs take the one that searches well more often on the runs' training questions;
 3. first turns: what the warmed model's first turn is on held-out questions, sampled as rollouts
    sample (trainer/staging/first_turns.py); no run starts on a model that rarely searches well;
 4. scripted: that policy on the validation questions with the real tools (its accuracy is
@@ -82,7 +84,10 @@ CONFIG = "learning_curve"
 SEEDS = (1, 2)  # fixed before any run: never picked after the fact
 CONTROL = "control"
 DATA_SEED = 0
-TRAIN_INBOXES, HELDOUT_INBOXES = 600, 100
+# Three sets of inboxes, in the generator's order: the warm-up's, the runs' training ones (900
+# questions: the config's 800 and more), the held-out ones. The held-out 100 are the same inboxes
+# (and questions) as when the warm-up had all 600 training inboxes, the first GPU curve's.
+WARMUP_INBOXES, TRAIN_INBOXES, HELDOUT_INBOXES = 450, 150, 100
 # The warm-up: half its conversations search well. The questions quote their entity
 # (trainer/staging/synthetic_inbox.py says why). The first-turns stages measure what the model
 # actually does before any run starts.
@@ -100,7 +105,7 @@ WARMUP = {"batch_size": 16, "good_share": 0.5}
 # system prompt (the tools' results repeat what came before: more copying to learn from).
 RECIPES = {"assistant": {"targets": "assistant", "learning_rate": 5e-4, "copy_steps": 600},
            "conversation": {"targets": "conversation", "learning_rate": 5e-4, "copy_steps": 600}}
-WARMUP_STEPS = 6000  # --warmup_steps: 96,000 draws from 7,200 distinct conversations
+WARMUP_STEPS = 6000  # --warmup_steps: 96,000 draws from 5,400 conversations (2,700 questions, both ways)
 FIRST_TURN_QUESTIONS = 200  # questions the first-turns stages sample, of each split (trainer.staging.first_turns)
 MIN_GOOD_SEARCHES = 0.02  # below this share of good first searches RL has nothing to reinforce: no run starts
 RESULTS = REPO / "docs" / "results"
@@ -110,9 +115,12 @@ RESULTS = REPO / "docs" / "results"
 # registering at once on one GPU 292 s (one alone: 105 s), two at once on two GPUs in dedicated mode
 # 218 s; a dedicated step 7.6-11 s; a validation of the 600 held-out questions 31-50 s (so about 25 s for
 # the config's 300). From the GPU proof's H100 run: a shared step 27 s. Runs whose vLLMs share a GPU
-# register one after the other (run_when_ready): on two GPUs the control waits for seed 1.
-ESTIMATE = {"data": 15, "model": 360, "first_turns": 30, "scripted": 5, "register": 360, "validation": 25,
-            "step_shared": 27.0, "step_dedicated": 11.0, "collect": 10}
+# register one after the other (run_when_ready): on two GPUs the control waits for seed 1. The first
+# curve (two H100s, 2026-11-27, 64-68 steps): the model stage with the copy lesson 356 s, the seeds
+# registered at once in 203 s and the control 90 s after, a dedicated step 5.0-5.3 s (median; the
+# control's, sharing both GPUs with the seeds, 9.0 s), a validation of 300 questions 16-17 s.
+ESTIMATE = {"data": 15, "model": 360, "first_turns": 30, "scripted": 5, "register": 300, "validation": 20,
+            "step_shared": 27.0, "step_dedicated": 9.0, "collect": 10}
 MIN_POINTS = 2  # a curve needs a first and a last held-out point
 SIGNAL_WAIT = 120  # after the deadline: SIGUSR1, then this long for the step being trained to be saved
 BOUNDARY_MARGIN = 30  # the config's boundary_margin_seconds: the trainer's last step ends this long before
@@ -223,7 +231,8 @@ def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS
     runs = run_specs(gpus)
     return [
         f"plan: {len(gpus)} GPU(s) ({','.join(gpus)}), gpu_mode {gpu_mode(gpus)}, budget {minutes:g} min",
-        f"  data      make-inboxes ({TRAIN_INBOXES} train, {HELDOUT_INBOXES} held-out inboxes, seed {DATA_SEED}) "
+        f"  data      make-inboxes ({WARMUP_INBOXES} warm-up, {TRAIN_INBOXES} train, {HELDOUT_INBOXES} held-out inboxes, "
+        f"seed {DATA_SEED}) "
         f"+ prepare: ~{ESTIMATE['data']} s",
         f"  model     make-model --size inbox, warm-up {warmup_steps} steps of {WARMUP['batch_size']} "
         f"({WARMUP['good_share']:.0%} good searches), {len(RECIPES)} side by side ("
@@ -261,12 +270,22 @@ def make_data(work: Work) -> list[str]:
     inboxes = work.root / "inboxes"
     made = command(work, "make-inboxes", ["-m", "trainer.data", "make-inboxes", str(inboxes), "--seed", str(DATA_SEED),
                                           "--train_inboxes", str(TRAIN_INBOXES), "--heldout_inboxes",
-                                          str(HELDOUT_INBOXES)])
-    staged = command(work, "prepare", ["-m", "trainer.data", "prepare", "--data_dir", str(work.data), "--emails",
-                                       str(inboxes / "emails.jsonl"), "--questions", str(inboxes / "questions.jsonl"),
-                                       "--quiet"])
-    return [line for line in (made + staged).splitlines() if line.startswith(("inboxes:", "split:", "database:",
-                                                                                "scenarios:"))]
+                                          str(HELDOUT_INBOXES), "--warmup_inboxes", str(WARMUP_INBOXES)])
+    staged = [prepare(work, name, data, inboxes, questions) for name, data, questions in (
+        ("prepare", work.data, "questions.jsonl"), ("prepare-warmup", warmup_data(work), "warmup/questions.jsonl"))]
+    return [line for line in "\n".join([made, *staged]).splitlines()
+            if line.startswith(("inboxes:", "split:", "warm-up:", "database:", "scenarios:"))]
+
+
+def prepare(work: Work, name: str, data: Path, inboxes: Path, questions: str) -> str:
+    """One data dir staged from the inboxes' emails and one of their question files."""
+    return command(work, name, ["-m", "trainer.data", "prepare", "--data_dir", str(data), "--emails",
+                                str(inboxes / "emails.jsonl"), "--questions", str(inboxes / questions), "--quiet"])
+
+
+def warmup_data(work: Work) -> Path:
+    """The warm-up's data dir: its own inboxes as the train split (trainer.warmup reads no other)."""
+    return work.root / "warmup-data"
 
 
 def make_model(work: Work, warmup_steps: int = WARMUP_STEPS, gpus: list[str] | None = None) -> list[str]:
@@ -307,7 +326,7 @@ def warm_and_try(work: Work, random: Path, recipe: str, gpu: str, warmup_steps: 
     env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu else {}
     config, out, counts = config_values(), recipe_model(work, recipe), work.root / f"first_turns-{recipe}.json"
     warmed = command(work, f"warmup-{recipe}", [
-        "-m", "trainer.warmup", str(random), str(out), "--data_dir", str(work.data), "--policy", "inbox-mix",
+        "-m", "trainer.warmup", str(random), str(out), "--data_dir", str(warmup_data(work)), "--policy", "inbox-mix",
         "--max_turns", str(config["max_turns"]), f"--steps={warmup_steps}",
         *(f"--{k}={v}" for k, v in {**WARMUP, **RECIPES[recipe]}.items())], timeout=1800, **env)
     command(work, f"first-turns-{recipe}", first_turns_args(out, work.data, counts, "train"), **env)
@@ -494,7 +513,7 @@ def lora_lines(work: Work) -> list[str]:
         run = work.for_run(spec.name)
         changed = trained_steps(run, run.run.read_steps())
         lines.append(f"{spec.name}: {len(run.run.read_steps())} steps, LoRA changed at {len(changed)} of them"
-                     + (" (learning rate 0: it must change at none)" if spec.name == CONTROL else ""))
+                     + (f" (learning rate 0: it must change at none; changed at {changed})" if spec.name == CONTROL else ""))
     return lines
 
 

@@ -164,7 +164,7 @@ def mark_jobs(axis: Any, run: RunDir) -> None:
     for index, (step, _job) in enumerate(job_starts(run)):
         axis.axvline(step, color="grey", linestyle=":", linewidth=1, label="a new job starts" if index == 0 else None)
     axis.grid(alpha=0.3)
-    axis.legend(loc="lower right", fontsize=9)
+    axis.legend(loc="best", fontsize=9)
 
 
 def plot_models(bars: list[Bar], key: str | None, run: RunDir, path: Path) -> None:

@@ -43,6 +43,7 @@ from bench.gpu_proof_two_gpus import (
 from hpc.run.checkpoints import step_dir
 from tests.doubles.fake_vllm import write_executable
 from tests.doubles.openai_server import OpenAIServer, failure, text
+from tests.doubles.step_trainer import safetensors_of
 from trainer.serving.vllm_server import free_port
 
 # litellm noise in the forwarder's test (as tests/trainer/training/test_train.py)
@@ -89,11 +90,12 @@ def test_two_gpu_stages_are_skipped_and_said_so_on_one_gpu(tmp_path: Path, capsy
 # -- trained something ------------------------------------------------------------------------------------
 
 
-def write_checkpoint(work: Work, step: int, weights: bytes) -> None:
+def write_checkpoint(work: Work, step: int, weights: list[float]) -> None:
     folder = step_dir(work.model_dir, step)
     folder.mkdir(parents=True)
     (folder / "adapter_config.json").write_text("{}")
-    (folder / "adapter_model.safetensors").write_bytes(weights)
+    weights_file = safetensors_of({"lora_A.weight": ("F32", [1, len(weights)], weights)}, {"step": str(step)})
+    (folder / "adapter_model.safetensors").write_bytes(weights_file)  # the metadata differs at every step
 
 
 def append_step(work: Work, step: int, started: str | None = None) -> None:
@@ -105,7 +107,7 @@ def append_step(work: Work, step: int, started: str | None = None) -> None:
 
 def test_a_step_whose_lora_did_not_change_fails_the_check_naming_the_steps_that_did(tmp_path: Path) -> None:
     work = Work(tmp_path)
-    for step, weights in enumerate([b"a", b"b", b"b"]):
+    for step, weights in enumerate([[0.0, 1.0], [0.5, 1.0], [0.5, 1.0]]):
         write_checkpoint(work, step, weights)
     mark = RecordMark.take(work.run)
     for step in (1, 2):

@@ -156,12 +156,24 @@ def on_signal(signum: int, _frame: object) -> None:
 
 def safetensors_bytes(step: int) -> bytes:
     """A valid safetensors file: one float32 tensor of 4 values, with the step in its metadata."""
-    data = struct.pack("<4f", float(step), 1.0, 2.0, 3.0)
-    header = {"__metadata__": {"format": "pt", "step": str(step)},
-              "lora_A.weight": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, len(data)]}}
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    return struct.pack("<Q", len(raw)) + raw + data
+    return safetensors_of({"lora_A.weight": ("F32", [2, 2], [float(step), 1.0, 2.0, 3.0])},
+                          {"format": "pt", "step": str(step)})
+
+
+SAFETENSORS_FORMATS = {"F32": "f", "F16": "e"}
+
+
+def safetensors_of(tensors: dict[str, tuple[str, list[int], list[float]]], metadata: dict | None = None) -> bytes:
+    """A safetensors file of ``tensors`` (name -> dtype F32 or F16, shape, values), in their order."""
+    header: dict = {} if metadata is None else {"__metadata__": metadata}
+    data = b""
+    for name, (dtype, shape, values) in tensors.items():
+        raw = struct.pack(f"<{len(values)}{SAFETENSORS_FORMATS[dtype]}", *values)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    return struct.pack("<Q", len(encoded)) + encoded + data
 
 
 def save_checkpoint(model_dir: Path, run: RunDir, step: int, opts: Options) -> None:

@@ -230,6 +230,9 @@ def _parser() -> argparse.ArgumentParser:
     inbox_cmd.add_argument("--seed", type=int, default=0, help="the generator's seed (default 0)")
     inbox_cmd.add_argument("--train_inboxes", type=int, default=600, help="inboxes of the train split (default 600)")
     inbox_cmd.add_argument("--heldout_inboxes", type=int, default=60, help="inboxes of the test split (default 60)")
+    inbox_cmd.add_argument("--warmup_inboxes", type=int, default=0,
+                           help="inboxes for the warm-up alone, made before the train split's, written to "
+                                "DIR/warmup/questions.jsonl to stage into a data dir of their own (default 0)")
     return parser
 
 
@@ -247,16 +250,24 @@ def make_model_folder(args: argparse.Namespace) -> list[str]:
 
 def make_inboxes(args: argparse.Namespace) -> list[str]:
     """``make-inboxes``: the generator's files, and what they hold."""
-    from trainer.staging.synthetic_inbox import generate, leaks, write
+    from trainer.staging.synthetic_inbox import WARMUP, generate, leaks, write
 
-    corpus = generate(args.seed, args.train_inboxes, args.heldout_inboxes)
+    corpus = generate(args.seed, args.train_inboxes, args.heldout_inboxes, args.warmup_inboxes)
     emails, questions = write(corpus, args.out)
-    counts = {split: len(corpus.split_questions(split)) for split in ("train", "test")}
-    return [f"inboxes:    {emails} ({len(corpus.emails):,} emails) and {questions} ({counts['train']:,} train, "
-            f"{counts['test']:,} test questions; seed {args.seed})",
-            f"split:      {args.train_inboxes} train and {args.heldout_inboxes} held-out inboxes; "
-            f"{len(leaks(corpus))} held-out inboxes, questions or answers in the train split",
-            f"stage them: python -m trainer.data prepare --emails {emails} --questions {questions}"]
+    counts = {split: len(corpus.split_questions(split)) for split in ("train", "test", WARMUP)}
+    lines = [f"inboxes:    {emails} ({len(corpus.emails):,} emails) and {questions} ({counts['train']:,} train, "
+             f"{counts['test']:,} test questions; seed {args.seed})",
+             f"split:      {args.train_inboxes} train and {args.heldout_inboxes} held-out inboxes"
+             + (f", {args.warmup_inboxes} the warm-up's" if args.warmup_inboxes else "")
+             + f"; {len(leaks(corpus))} held-out inboxes, questions or answers in the train split"
+             + (" or the warm-up's, or inboxes in both" if args.warmup_inboxes else ""),
+             f"stage them: python -m trainer.data prepare --emails {emails} --questions {questions}"]
+    if args.warmup_inboxes:
+        warmup = args.out / WARMUP / "questions.jsonl"
+        lines += [f"warm-up:    {warmup} ({counts[WARMUP]:,} questions as its train split, the test split's as its "
+                  f"test); stage them: python -m trainer.data prepare --data_dir WARMUP_DIR --emails {emails} "
+                  f"--questions {warmup}"]
+    return lines
 
 
 def stage_models(args: argparse.Namespace) -> list[str]:

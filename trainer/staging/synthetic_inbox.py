@@ -1,6 +1,6 @@
 """Synthetic inboxes: a task a made model can learn, whose answers stand in specific emails.
 
-    python -m trainer.data make-inboxes OUT [--seed 0] [--train_inboxes 600] [--heldout_inboxes 60]
+    python -m trainer.data make-inboxes OUT [--seed 0] [--train_inboxes 600] [--heldout_inboxes 60] [--warmup_inboxes 0]
     python -m trainer.data prepare --emails OUT/emails.jsonl --questions OUT/questions.jsonl
 
 A model the project makes cannot answer ART-E's questions, and none can be downloaded, so
@@ -29,6 +29,13 @@ Every question is about an older fact of its family, and a newer fact of the sam
 
 The split is by inbox, and every number is drawn once for the whole corpus: no held-out
 inbox, question or answer string appears in the training split (``leaks`` checks it).
+``warmup_inboxes`` gives the warm-up inboxes of its own, before the training split's: RL then
+trains on entities the warm-up never saw, as the held-out questions are, so its training reward
+measures the skill they need. (Warmed up on every training question, the made model had learned
+them by heart: on two H100s one seed's training accuracy averaged 94% over steps 52-64 while its
+held-out accuracy fell from 96% to 51-70%, docs/training.md.) An inbox is made alike whatever its
+split, so moving training inboxes to the warm-up (the same seed, the same total) changes no email
+and no held-out question.
 Entity words come from one shared list (each is one word a tokenizer trained on the emails
 knows from both splits); the questions they make differ between splits because their
 inboxes and answers do.
@@ -55,6 +62,7 @@ FAMILIES_PER_INBOX = 3
 QUERY_DATE = datetime(2001, 9, 1)
 FIRST_DATE = datetime(2001, 1, 1)
 DOMAIN = "mail.synth"
+WARMUP = "warmup"  # the split of the warm-up's inboxes (write_warmup)
 
 ADJECTIVES = (
     "Amber", "Azure", "Bright", "Bronze", "Cobalt", "Copper", "Coral", "Crimson", "Crystal", "Dawn",
@@ -251,18 +259,21 @@ def make_inbox(rng: random.Random, pools: tuple[_Pool, _Pool], inbox: str, seria
 MAX_INBOXES = len(ENTITIES) // (FAMILIES_PER_INBOX * FACTS_PER_FAMILY)  # each entity named once
 
 
-def generate(seed: int = 0, train_inboxes: int = 600, heldout_inboxes: int = 60) -> Corpus:
-    """The whole corpus: ``train_inboxes`` inboxes for the train split, then ``heldout_inboxes`` for test."""
-    if train_inboxes < 1 or heldout_inboxes < 1 or train_inboxes + heldout_inboxes > MAX_INBOXES:
-        raise SyntheticInboxError(f"--train_inboxes {train_inboxes} / --heldout_inboxes {heldout_inboxes}: "
-                                  f"accepted: each at least 1, together at most {MAX_INBOXES}")
+def generate(seed: int = 0, train_inboxes: int = 600, heldout_inboxes: int = 60, warmup_inboxes: int = 0) -> Corpus:
+    """The whole corpus: ``warmup_inboxes`` inboxes for the warm-up (split WARMUP), then
+    ``train_inboxes`` for the train split, then ``heldout_inboxes`` for test."""
+    if (train_inboxes < 1 or heldout_inboxes < 1 or warmup_inboxes < 0
+            or warmup_inboxes + train_inboxes + heldout_inboxes > MAX_INBOXES):
+        raise SyntheticInboxError(f"--train_inboxes {train_inboxes} / --heldout_inboxes {heldout_inboxes} / "
+                                  f"--warmup_inboxes {warmup_inboxes}: accepted: train and held-out at least 1, "
+                                  f"warm-up at least 0, together at most {MAX_INBOXES}")
     rng = random.Random(seed)
     pools = _Pool(rng, [str(n) for n in range(NUMBER_LOW, NUMBER_HIGH + 1)]), _Pool(rng, list(ENTITIES))
     taken: set[str] = set()
     emails: list[dict[str, Any]] = []
     questions: list[dict[str, Any]] = []
-    for serial in range(train_inboxes + heldout_inboxes):
-        split = "train" if serial < train_inboxes else "test"
+    splits = [WARMUP] * warmup_inboxes + ["train"] * train_inboxes + ["test"] * heldout_inboxes
+    for serial, split in enumerate(splits):
         mails, asked = make_inbox(rng, pools, _address(rng, taken), serial, split, FIRST_ID + len(questions))
         emails += mails
         questions += asked
@@ -270,16 +281,21 @@ def generate(seed: int = 0, train_inboxes: int = 600, heldout_inboxes: int = 60)
 
 
 def leaks(corpus: Corpus) -> list[str]:
-    """What of the held-out split shows in the training split: its inboxes, questions or answers
-    in any training email or question. [] when the split is clean."""
+    """What of the held-out split shows in the training split (the warm-up's inboxes included): its
+    inboxes, questions or answers in any training email or question; and any inbox both the
+    warm-up's and the train split's. [] when the splits are clean."""
     heldout = corpus.split_questions("test")
-    train_inboxes = {q["inbox_address"] for q in corpus.split_questions("train")}
+    trained = corpus.split_questions("train") + corpus.split_questions(WARMUP)
+    train_inboxes = {q["inbox_address"] for q in trained}
     test_inboxes = {q["inbox_address"] for q in heldout}
     train_text = "\n".join([json.dumps(e) for e in corpus.emails if not set(e["to"]) & test_inboxes and
-                            e["from"] not in test_inboxes] + [json.dumps(q) for q in corpus.split_questions("train")])
+                            e["from"] not in test_inboxes] + [json.dumps(q) for q in trained])
     found = [f"inbox {a} in both splits" for a in sorted(train_inboxes & test_inboxes)]
+    found += [f"inbox {a} in both the warm-up's and the train split" for a in sorted(
+        {q["inbox_address"] for q in corpus.split_questions(WARMUP)}
+        & {q["inbox_address"] for q in corpus.split_questions("train")})]
     found += [f"question {q['id']} ({q['question']!r}) in the training split" for q in heldout
-              if q["question"] in {t["question"] for t in corpus.split_questions("train")}]
+              if q["question"] in {t["question"] for t in trained}]
     found += [f"answer {q['answer']} of question {q['id']} in the training split" for q in heldout
               if q["answer"] in train_text]
     found += [f"inbox {a} in the training split's text" for a in sorted(test_inboxes) if a in train_text]
@@ -287,9 +303,27 @@ def leaks(corpus: Corpus) -> list[str]:
 
 
 def write(corpus: Corpus, out: Path) -> tuple[Path, Path]:
-    """emails.jsonl and questions.jsonl in ``out`` (the fixture's format: trainer.data prepare reads them)."""
+    """emails.jsonl and questions.jsonl (train and test) in ``out`` (the fixture's format: trainer.data
+    prepare reads them), and the warm-up's questions if any (``write_warmup``)."""
     out.mkdir(parents=True, exist_ok=True)
     paths = out / "emails.jsonl", out / "questions.jsonl"
-    for path, rows in zip(paths, (corpus.emails, corpus.questions)):
-        path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    rows = corpus.split_questions("train") + corpus.split_questions("test")
+    for path, lines in zip(paths, (corpus.emails, rows)):
+        write_rows(path, lines)
+    if corpus.split_questions(WARMUP):
+        write_warmup(corpus, out)
     return paths
+
+
+def write_warmup(corpus: Corpus, out: Path) -> Path:
+    """``out/warmup/questions.jsonl``: the warm-up's questions as the train split of a data dir of their
+    own (prepare --data_dir ... --questions it), with the same held-out questions as test, since
+    prepare needs both splits; trainer.warmup reads only the train split."""
+    path = out / WARMUP / "questions.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_rows(path, [{**q, "split": "train"} for q in corpus.split_questions(WARMUP)] + corpus.split_questions("test"))
+    return path
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))

@@ -15,6 +15,7 @@ from trainer.agent.scenarios import load_scenarios
 from trainer.staging.synthetic_inbox import (
     FAMILIES,
     FIRST_ID,
+    WARMUP,
     Corpus,
     SyntheticInboxError,
     generate,
@@ -103,12 +104,49 @@ def test_a_questions_quoted_entity_is_the_same_tokens_as_in_the_good_searchs_jso
         assert any(in_search[i:i + len(entity_tokens)] == entity_tokens for i in range(len(in_search)))
 
 
-@pytest.mark.parametrize("args", [["--train_inboxes", "0"], ["--heldout_inboxes", "780"]])
+def test_inboxes_given_to_the_warm_up_leave_every_email_and_held_out_question_as_they_were() -> None:
+    """So a run with a warm-up share validates on the very questions a run without one did."""
+    whole = generate(seed=7, train_inboxes=8, heldout_inboxes=2)
+    shared = generate(seed=7, train_inboxes=5, heldout_inboxes=2, warmup_inboxes=3)
+    assert shared.emails == whole.emails and shared.split_questions("test") == whole.split_questions("test")
+    assert [q["id"] for q in shared.split_questions(WARMUP) + shared.split_questions("train")] == [
+        q["id"] for q in whole.split_questions("train")]
+    warmup, train = ({q["inbox_address"] for q in shared.split_questions(split)} for split in (WARMUP, "train"))
+    assert len(warmup) == 3 and len(train) == 5 and not warmup & train and leaks(shared) == []
+
+
+def test_the_leak_check_finds_an_inbox_of_both_the_warm_up_and_the_train_split() -> None:
+    corpus = generate(seed=2, train_inboxes=3, heldout_inboxes=1, warmup_inboxes=2)
+    warm_inbox = corpus.split_questions(WARMUP)[0]["inbox_address"]
+    moved = [{**q, "inbox_address": warm_inbox} if q["split"] == "train" and i % 6 == 0 else q
+             for i, q in enumerate(corpus.questions)]
+    assert leaks(Corpus(corpus.emails, moved)) == [f"inbox {warm_inbox} in both the warm-up's and the train split"]
+
+
+def test_the_warm_ups_questions_stage_as_a_data_dir_whose_train_split_no_run_trains_on(tmp_path: Path) -> None:
+    from trainer.data import main as data_main
+
+    inboxes = tmp_path / "inboxes"
+    assert data_main(["make-inboxes", str(inboxes), "--seed", "4", "--train_inboxes", "3", "--heldout_inboxes", "1",
+                      "--warmup_inboxes", "2"]) == 0
+    for data, questions in ((tmp_path / "data", inboxes / "questions.jsonl"),
+                            (tmp_path / "warmup-data", inboxes / WARMUP / "questions.jsonl")):
+        assert data_main(["prepare", "--data_dir", str(data), "--emails", str(inboxes / "emails.jsonl"),
+                          "--questions", str(questions), "--quiet"]) == 0
+    def split(data: str, name: str) -> list:
+        return load_scenarios(tmp_path / data, name, limit=None, shuffle=False)
+    assert (len(split("data", "train")), len(split("warmup-data", "train"))) == (18, 12)
+    assert not {s.inbox_address for s in split("data", "train")} & {s.inbox_address for s in split("warmup-data", "train")}
+    assert split("warmup-data", "test") == split("data", "test")  # prepare needs a test split: the same held-out one
+
+
+@pytest.mark.parametrize("args", [["--train_inboxes", "0"], ["--heldout_inboxes", "780"], ["--warmup_inboxes", "-1"],
+                                  ["--warmup_inboxes", "720"]])
 def test_bad_sizes_are_one_line_errors_with_exit_2_and_nothing_written(tmp_path: Path, args: list[str]) -> None:
     result = subprocess.run([sys.executable, "-m", "trainer.data", "make-inboxes", str(tmp_path / "out"), *args],
                             cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
-    assert "accepted: each at least 1, together at most 780" in result.stderr
+    assert "accepted: train and held-out at least 1, warm-up at least 0, together at most 780" in result.stderr
     assert not (tmp_path / "out").exists()
 
 
