@@ -27,8 +27,9 @@ them one line per run under the runs directory:
           STALLED    the job is RUNNING but made no step in HPC_STALL_FACTOR (3)
                      x its usual step time (at least HPC_STALL_MIN, 60 s; from
                      its start, HPC_STALL_STARTUP (1800 s) more for start-up)
-          COLLAPSED  the reward spread within every group was 0 for the last
-                     HPC_COLLAPSE_STEPS (10) steps: GRPO learns nothing
+          COLLAPSED  the reward spread within every group was at most
+                     HPC_COLLAPSE_SPREAD (0.01) for the last HPC_COLLAPSE_STEPS
+                     (10) steps: GRPO learns (almost) nothing
 Under the table, one line per run that has had a job: goodput (training step
 time / allocated time), GPU-hours charged and lost (start-up, validation,
 abandoned work, idle), GPU-hours per step and to finish.

@@ -9,8 +9,14 @@ Two ways a run burns GPU-hours for nothing while it looks fine in the queue:
   with ``HPC_STALL_STARTUP`` seconds (1800) for the start-up (model load, vLLM)
   on top; without any step in the run yet, the start-up allowance alone.
 - COLLAPSED: the within-group reward spread (steps.jsonl ``reward_spread``) has
-  been 0 for the last ``HPC_COLLAPSE_STEPS`` (10) steps: every rollout of a
-  group scores the same, so GRPO has no advantage to learn from.
+  been at most ``HPC_COLLAPSE_SPREAD`` (0.01) for the last ``HPC_COLLAPSE_STEPS``
+  (10) steps: the rollouts of each group score alike, so GRPO has (almost) no
+  advantage to learn from. Not exactly 0: the learning-curve bench's seed 2
+  (two H100s, 2026-11-27) failed every rollout from step 60 on, yet a group now
+  and then differed by one partial credit (-1.7 against -1.8), a step spread of
+  0.004-0.008; its healthy steps had 0 (every rollout right) or 0.09 and more.
+  The flag gives the streak's mean reward: all right and all failing look alike
+  to GRPO, not to the user.
 
 Used on the login side (status.sh's RESULT column, hpc/run/accounting.py's records)
 and in the job (hpc/job/watch.py, which tells the webhook). Stdlib only. The
@@ -40,13 +46,15 @@ class HealthSettings:
     min_stall_seconds: float = 60.0  # HPC_STALL_MIN: no stall is shorter (steps of seconds)
     startup_seconds: float = 1800.0  # HPC_STALL_STARTUP: a job's start-up before its first step
     collapse_steps: int = 10  # HPC_COLLAPSE_STEPS
+    collapse_spread: float = 0.01  # HPC_COLLAPSE_SPREAD: a step spread at most this counts as none
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> HealthSettings:
         return cls(stall_factor=setting(env, "HPC_STALL_FACTOR", cls.stall_factor, 1.0),
                    min_stall_seconds=setting(env, "HPC_STALL_MIN", cls.min_stall_seconds, 0.0),
                    startup_seconds=setting(env, "HPC_STALL_STARTUP", cls.startup_seconds, 0.0),
-                   collapse_steps=int(setting(env, "HPC_COLLAPSE_STEPS", cls.collapse_steps, 1.0, whole=True)))
+                   collapse_steps=int(setting(env, "HPC_COLLAPSE_STEPS", cls.collapse_steps, 1.0, whole=True)),
+                   collapse_spread=setting(env, "HPC_COLLAPSE_SPREAD", cls.collapse_spread, 0.0))
 
 
 def setting(env: Mapping[str, str], name: str, default: float, low: float, whole: bool = False) -> float:
@@ -108,16 +116,20 @@ def stalled(steps: list[Step], validations: list[dict[str, Any]], job_id: str, j
 
 
 def collapsed(steps: list[Step], settings: HealthSettings) -> Flag | None:
-    """COLLAPSED when the last ``collapse_steps`` steps that report a spread all report 0."""
-    streak = 0
-    for spread in reversed([s.reward_spread for s in steps if s.reward_spread is not None]):
-        if spread > 1e-9:
+    """COLLAPSED when the last ``collapse_steps`` steps that report a spread all report at most
+    ``collapse_spread``."""
+    streak: list[Step] = []
+    for step in reversed([s for s in steps if s.reward_spread is not None]):
+        if step.reward_spread > settings.collapse_spread + 1e-12:  # type: ignore[operator]
             break
-        streak += 1
-    if streak < settings.collapse_steps:
+        streak.append(step)
+    if len(streak) < settings.collapse_steps:
         return None
-    return Flag("collapsed", f"COLLAPSED: reward spread 0 in every group for the last {streak} steps "
-                             "(GRPO has nothing to learn from)")
+    rewards = [s.reward_mean for s in streak if s.reward_mean is not None]
+    reward = f", mean reward {sum(rewards) / len(rewards):.2f}" if rewards else ""
+    return Flag("collapsed", f"COLLAPSED: reward spread at most {settings.collapse_spread:g} for the last "
+                             f"{len(streak)} steps{reward}: each group's rollouts score alike (GRPO has almost "
+                             "nothing to learn from)")
 
 
 def check(steps: list[Step], validations: list[dict[str, Any]], job_id: str, job_state: str,

@@ -31,6 +31,7 @@ class Step:
     end: datetime
     seconds: float
     reward_spread: float | None = None
+    reward_mean: float | None = None
 
 
 def trained_steps(run: RunDir) -> list[Step]:
@@ -45,7 +46,7 @@ def trained_steps(run: RunDir) -> list[Step]:
             continue
         seconds = float(seconds) if seconds is not None else max(0.0, (end - start).total_seconds())  # type: ignore[operator]
         steps.append(Step(record["step"], str(record.get("job_id") or ""), end - timedelta(seconds=seconds), end,
-                          seconds, record.get("reward_spread")))
+                          seconds, record.get("reward_spread"), record.get("reward_mean")))
     return steps
 
 

@@ -356,7 +356,7 @@ def test_status_shows_gpu_hours_goodput_and_health_flags_from_one_sacct_call(tmp
     stuck_row = _row(table, "r-stuck")
     assert stuck_row[:10] == ["r-stuck", "201", "RUNNING", "10/40", "-", "-", "-", "30m", "1.33", "0"]
     assert stuck_row[10].startswith("STALLED: no step for 20m")
-    assert "; COLLAPSED: reward spread 0 in every group for the last 10 steps" in stuck_row[10]
+    assert "; COLLAPSED: reward spread at most 0.01 for the last 10 steps: each group's rollouts" in stuck_row[10]
     assert _row(table, "r-ok")[8:] == ["0.167", "0", "finished"]
     assert re.search(r"^GPU-hours \(python -m hpc.accounting RUN for the breakdown\):\n"
                      r"  r-ok: goodput 0\.00, 0\.167 GPU-h charged, 0\.167 lost \(start-up 0\.167\), queued 2\dm\d\ds\n"

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
 from hpc.run.health import HealthSettings, SettingError, check, collapsed, stalled
-from hpc.run.steps import Step
+from hpc.run.rundir import RunDir
+from hpc.run.steps import Step, trained_steps
+
+REPO = Path(__file__).resolve().parents[3]
 
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=timezone.utc)
 DEFAULT = HealthSettings()
@@ -72,6 +76,20 @@ def test_a_run_whose_reward_spread_is_zero_for_many_steps_has_collapsed():
     assert collapsed(learning + flat + unknown, DEFAULT) is not None  # steps without a spread say nothing
 
 
+def test_a_run_whose_every_rollout_fails_alike_but_for_a_partial_credit_now_and_then_has_collapsed():
+    """Seen on two H100s (2026-11-27, the learning-curve bench, records committed): seed 2 failed every
+    rollout from step 60 to its last, 68, spreads 0-0.008, which the rule "exactly 0" never flagged;
+    seed 1, learning still, had spreads of 0 (all right) or 0.09 and more and must not be flagged."""
+    records = REPO / "docs" / "results" / "learning_curve_runs" / "2026-11-27-2xH100-copy-lesson"
+    seed1, seed2 = (trained_steps(RunDir(records / name)) for name in ("seed1", "seed2"))
+    nine = HealthSettings(collapse_steps=9)
+    flag = collapsed(seed2, nine)
+    assert flag is not None and "for the last 9 steps, mean reward -1.70" in flag.message
+    assert collapsed(seed2[:-1], nine) is None  # steps 59-67: step 59 still had a group of right and wrong
+    assert collapsed(seed1, nine) is None and collapsed(seed1, HealthSettings(collapse_steps=3)) is None
+    assert collapsed(seed2, HealthSettings(collapse_steps=9, collapse_spread=0.0)) is None  # the old rule
+
+
 def test_only_a_running_job_can_stall_and_every_flag_is_reported():
     flat = steps("9", *((k, k + 1) for k in range(12)), spread=0.0)
     both = check(flat, [], "9", "RUNNING", t(0), t(5000), DEFAULT)
@@ -81,8 +99,9 @@ def test_only_a_running_job_can_stall_and_every_flag_is_reported():
 
 
 def test_thresholds_come_from_the_environment():
-    env = {"HPC_STALL_FACTOR": "2", "HPC_STALL_MIN": "5", "HPC_STALL_STARTUP": "30", "HPC_COLLAPSE_STEPS": "3"}
-    assert HealthSettings.from_env(env) == HealthSettings(2.0, 5.0, 30.0, 3)
+    env = {"HPC_STALL_FACTOR": "2", "HPC_STALL_MIN": "5", "HPC_STALL_STARTUP": "30", "HPC_COLLAPSE_STEPS": "3",
+           "HPC_COLLAPSE_SPREAD": "0"}
+    assert HealthSettings.from_env(env) == HealthSettings(2.0, 5.0, 30.0, 3, 0.0)
     assert HealthSettings.from_env({"HPC_STALL_FACTOR": " "}) == DEFAULT
 
 
@@ -92,6 +111,7 @@ def test_thresholds_come_from_the_environment():
     ("HPC_STALL_MIN", "nan", "accepted a number >= 0 (default 60)"),
     ("HPC_STALL_STARTUP", "inf", "accepted a number >= 0 (default 1800)"),
     ("HPC_COLLAPSE_STEPS", "2.5", "accepted a whole number >= 1 (default 10)"),
+    ("HPC_COLLAPSE_SPREAD", "-0.1", "accepted a number >= 0 (default 0.01)"),
 ])
 def test_a_bad_threshold_is_one_line_naming_it(name, value, accepted):
     with pytest.raises(SettingError) as error:
