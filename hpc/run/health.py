@@ -115,14 +115,20 @@ def stalled(steps: list[Step], validations: list[dict[str, Any]], job_id: str, j
     return Flag("stalled", f"STALLED: {what} for {span(quiet)} (limit {span(limit)}: {why})")
 
 
-def collapsed(steps: list[Step], settings: HealthSettings) -> Flag | None:
-    """COLLAPSED when the last ``collapse_steps`` steps that report a spread all report at most
-    ``collapse_spread``."""
+def low_spread_streak(steps: list[Step], most: float) -> list[Step]:
+    """The last steps, newest first, whose reward spread is at most ``most`` (steps without one skipped)."""
     streak: list[Step] = []
     for step in reversed([s for s in steps if s.reward_spread is not None]):
-        if step.reward_spread > settings.collapse_spread + 1e-12:  # type: ignore[operator]
+        if step.reward_spread > most + 1e-12:  # type: ignore[operator]
             break
         streak.append(step)
+    return streak
+
+
+def collapsed(steps: list[Step], settings: HealthSettings) -> Flag | None:
+    """COLLAPSED when the last ``collapse_steps`` steps that report a spread all report at most
+    ``collapse_spread``; the message gives their mean reward (all right or all failing)."""
+    streak = low_spread_streak(steps, settings.collapse_spread)
     if len(streak) < settings.collapse_steps:
         return None
     rewards = [s.reward_mean for s in streak if s.reward_mean is not None]
