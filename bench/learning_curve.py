@@ -76,6 +76,7 @@ from bench.gpu_proof_kit import (  # noqa: E402
 )
 from bench.learning_curve_results import plot, redraw, results, verdicts, write_json  # noqa: E402
 from hpc.run.rundir import RunDir, read_jsonl  # noqa: E402
+from trainer.staging.synthetic_inbox import warmup_questions  # noqa: E402
 
 if TYPE_CHECKING:
     from trainer.staging.first_turns import FirstTurns
@@ -272,15 +273,16 @@ def make_data(work: Work) -> list[str]:
                                           "--train_inboxes", str(TRAIN_INBOXES), "--heldout_inboxes",
                                           str(HELDOUT_INBOXES), "--warmup_inboxes", str(WARMUP_INBOXES)])
     staged = [prepare(work, name, data, inboxes, questions) for name, data, questions in (
-        ("prepare", work.data, "questions.jsonl"), ("prepare-warmup", warmup_data(work), "warmup/questions.jsonl"))]
+        ("prepare", work.data, inboxes / "questions.jsonl"),
+        ("prepare-warmup", warmup_data(work), warmup_questions(inboxes)))]
     return [line for line in "\n".join([made, *staged]).splitlines()
             if line.startswith(("inboxes:", "split:", "warm-up:", "database:", "scenarios:"))]
 
 
-def prepare(work: Work, name: str, data: Path, inboxes: Path, questions: str) -> str:
+def prepare(work: Work, name: str, data: Path, inboxes: Path, questions: Path) -> str:
     """One data dir staged from the inboxes' emails and one of their question files."""
     return command(work, name, ["-m", "trainer.data", "prepare", "--data_dir", str(data), "--emails",
-                                str(inboxes / "emails.jsonl"), "--questions", str(inboxes / questions), "--quiet"])
+                                str(inboxes / "emails.jsonl"), "--questions", str(questions), "--quiet"])
 
 
 def warmup_data(work: Work) -> Path:
@@ -511,8 +513,9 @@ def lora_lines(work: Work) -> list[str]:
     lines = []
     for spec in run_specs(["0"]):
         run = work.for_run(spec.name)
-        changed = trained_steps(run, run.run.read_steps())
-        lines.append(f"{spec.name}: {len(run.run.read_steps())} steps, LoRA changed at {len(changed)} of them"
+        steps = run.run.read_steps()
+        changed = trained_steps(run, steps)
+        lines.append(f"{spec.name}: {len(steps)} steps, LoRA changed at {len(changed)} of them"
                      + (f" (learning rate 0: it must change at none; changed at {changed})" if spec.name == CONTROL else ""))
     return lines
 

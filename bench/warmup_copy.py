@@ -38,7 +38,7 @@ from trainer.staging.warmup import train as warmup_train  # noqa: E402
 
 
 def calls(tokenizer: Any, data_dir: Path, split: str, limit: int | None, context: str = "none") -> list[FirstCall]:
-    return first_calls(tokenizer, load_scenarios(data_dir, split, limit=None, shuffle=False), context)[:limit]
+    return first_calls(tokenizer, load_scenarios(data_dir, split, limit=None, shuffle=False), context, limit)
 
 
 def copied_share(model: Any, held_out: list[FirstCall]) -> float:

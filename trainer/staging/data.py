@@ -250,7 +250,7 @@ def make_model_folder(args: argparse.Namespace) -> list[str]:
 
 def make_inboxes(args: argparse.Namespace) -> list[str]:
     """``make-inboxes``: the generator's files, and what they hold."""
-    from trainer.staging.synthetic_inbox import WARMUP, generate, leaks, write
+    from trainer.staging.synthetic_inbox import WARMUP, generate, leaks, warmup_questions, write
 
     corpus = generate(args.seed, args.train_inboxes, args.heldout_inboxes, args.warmup_inboxes)
     emails, questions = write(corpus, args.out)
@@ -263,7 +263,7 @@ def make_inboxes(args: argparse.Namespace) -> list[str]:
              + (" or the warm-up's, or inboxes in both" if args.warmup_inboxes else ""),
              f"stage them: python -m trainer.data prepare --emails {emails} --questions {questions}"]
     if args.warmup_inboxes:
-        warmup = args.out / WARMUP / "questions.jsonl"
+        warmup = warmup_questions(args.out)
         lines += [f"warm-up:    {warmup} ({counts[WARMUP]:,} questions as its train split, the test split's as its "
                   f"test); stage them: python -m trainer.data prepare --data_dir WARMUP_DIR --emails {emails} "
                   f"--questions {warmup}"]

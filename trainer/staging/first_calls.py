@@ -15,6 +15,7 @@ conversations, and ``bench/warmup_copy.py`` measures them in each context.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from trainer.agent.rollout import AgentConfig
@@ -67,7 +68,9 @@ def first_call(tokenizer: Any, scenario: "Scenario", context: str = "none") -> F
     return FirstCall(ids, [-100] * start + ids[start:], start, copied)
 
 
-def first_calls(tokenizer: Any, scenarios: list["Scenario"], context: str = "none") -> list[FirstCall]:
-    """Each scenario's first call that the synthetic inboxes' plan gives, in order."""
+def first_calls(tokenizer: Any, scenarios: list["Scenario"], context: str = "none",
+                limit: int | None = None) -> list[FirstCall]:
+    """Each scenario's first call that the synthetic inboxes' plan gives, in order; the first
+    ``limit`` of them (no scenario after those is tokenised)."""
     made = (first_call(tokenizer, scenario, context) for scenario in scenarios)
-    return [call for call in made if call is not None]
+    return list(islice((call for call in made if call is not None), limit))

@@ -319,10 +319,15 @@ def write_warmup(corpus: Corpus, out: Path) -> Path:
     """``out/warmup/questions.jsonl``: the warm-up's questions as the train split of a data dir of their
     own (prepare --data_dir ... --questions it), with the same held-out questions as test, since
     prepare needs both splits; trainer.warmup reads only the train split."""
-    path = out / WARMUP / "questions.jsonl"
+    path = warmup_questions(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_rows(path, [{**q, "split": "train"} for q in corpus.split_questions(WARMUP)] + corpus.split_questions("test"))
     return path
+
+
+def warmup_questions(out: Path) -> Path:
+    """Where ``write`` puts the warm-up's questions among the files it writes in ``out``."""
+    return out / WARMUP / "questions.jsonl"
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -159,7 +159,7 @@ class WarmupReport:
     seconds: float
     tool_call_rate: float  # first turns (greedy) that parse as a tool call after the warm-up
     targets: str = "assistant"  # what the loss counted (TARGETS)
-    copy_steps: int = 0  # steps on the first calls alone before the conversations (copy_lesson)
+    copy_steps: int = 0  # steps on the first calls alone before the conversations (copy_lessons)
 
 
 def tokenised(tokenizer: Any, conversations: list[list[dict[str, Any]]], targets: str = "assistant") -> list[Example]:
@@ -261,18 +261,16 @@ def inbox_mix_policy(scenarios: list["Scenario"], db: "EmailDB", agent: AgentCon
 POLICIES = {"reference": reference_policy, "inbox-mix": inbox_mix_policy}
 
 
-def copy_lesson(model: Any, tokenizer: Any, scenarios: list["Scenario"], *, steps: int, batch_size: int,
-                learning_rate: float, seed: int, device: str, say=print) -> None:
-    """``steps`` steps on the first calls alone, the question then its good search and nothing
-    before the question (trainer/staging/first_calls.py): there the made model learns to copy the
-    question's entity in a few hundred steps, which whole conversations never taught it."""
+def copy_lessons(tokenizer: Any, scenarios: list["Scenario"]) -> list[Any]:
+    """The first calls alone, the question then its good search and nothing before the question
+    (trainer/staging/first_calls.py): there the made model learns to copy the question's entity in a
+    few hundred steps, which whole conversations never taught it. Made before the model loads, so
+    data without the synthetic inboxes' questions is refused at once."""
     lessons = first_calls(tokenizer, scenarios)
     if not lessons:
         raise WarmupError("--copy_steps needs the synthetic inboxes' questions (python -m trainer.data make-inboxes): "
                           "no training question has a planned search")
-    say(f"copy lesson: {len(lessons)} first calls without the system prompt, {steps} steps of {batch_size}")
-    train(model, lessons, tokenizer.pad_token_id, steps=steps, batch_size=batch_size, learning_rate=learning_rate,
-          seed=seed, device=device, say=say)
+    return lessons
 
 
 def warm_up(base: Path, out: Path, data_dir: Path, *, steps: int, batch_size: int, learning_rate: float,
@@ -291,13 +289,15 @@ def warm_up(base: Path, out: Path, data_dir: Path, *, steps: int, batch_size: in
                           "its email); stage the data with `python -m trainer.data prepare`")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(str(base))
+    lessons = copy_lessons(tokenizer, scenarios) if copy_steps else []
     # float32 on any device: in bf16 weights Adam's small updates round away; saved as bf16 below
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     model.to(device)
     began = time.monotonic()
-    if copy_steps:
-        copy_lesson(model, tokenizer, scenarios, steps=copy_steps, batch_size=batch_size, learning_rate=learning_rate,
-                    seed=seed, device=device, say=say)
+    if lessons:
+        say(f"copy lesson: {len(lessons)} first calls without the system prompt, {copy_steps} steps of {batch_size}")
+        train(model, lessons, tokenizer.pad_token_id, steps=copy_steps, batch_size=batch_size,
+              learning_rate=learning_rate, seed=seed, device=device, say=say)
     examples = tokenised(tokenizer, conversations, targets)
     unique = distinct(conversations)
     say(f"warmup: {len(unique)} scripted conversations from {data_dir} ({len(examples)} with repeats), {steps} steps "
