@@ -99,7 +99,7 @@ STARTUP: Fields = {"seconds": required(SECONDS), "job_id": optional(JOB), "time"
 RATES = ("i_dont_know_rate", "wrong_answer_rate", "tool_error_rate")
 SUMMARY: Fields = {"accuracy": required(FRACTION), "questions": optional(WHOLE), "failed": optional(WHOLE),
                    "reward_mean": optional(NUMBER), "mean_turns": optional(NUMBER),
-                   "latency_mean_s": optional(NUMBER), "split_key": optional(TEXT),
+                   "latency_mean_s": optional(NUMBER), "split_key": optional(TEXT), "inbox_domain": optional(TEXT),
                    **{rate: optional(FRACTION) for rate in RATES}}
 VALIDATION: Fields = {**SUMMARY, "step": required(WHOLE), "time": optional(MOMENT), "seconds": optional(SECONDS)}
 EVALUATION: Fields = {**SUMMARY, "model": required(TEXT), "split_key": required(TEXT)}

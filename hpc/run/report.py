@@ -10,7 +10,8 @@ held-out questions), the ledger (where each job began) and the evaluations of
   the jobs' boundaries marked;
 - ``models.png``: the accuracy of every model evaluated on the run's validation
   questions (the run's best and latest validation, checkpoints, baselines), next
-  to ART-E's published figures, drawn apart and labelled as such;
+  to ART-E's published figures, drawn apart and labelled as such, when the questions
+  are ART-E's kind (about enron.com inboxes: never beside the synthetic inboxes');
 - ``report.md``: the same figures as tables, and the pictures.
 
 Other modules add sections (``SECTIONS``: a function of the run returning
@@ -46,6 +47,9 @@ PUBLISHED = {
     "GPT-4.1": 0.71,
     "Qwen2.5-14B (untrained)": 0.40,
 }
+ART_E_DOMAIN = "enron.com"  # the inboxes ART-E's questions ask about (a record's inbox_domain)
+NOT_ART_E = ("ART-E's published figures are left out: these questions are not about ART-E's "
+             f"{ART_E_DOMAIN} inboxes, so no figure measured on ART-E's questions compares.")
 FIG_SIZE = (10, 6)
 DPI = 100
 Section = Callable[[RunDir, Path], list[str]]
@@ -93,9 +97,17 @@ def model_bars(run: RunDir) -> tuple[list[Bar], str | None]:
         bars.append(Bar(f"{run.name} best (step {best['step']})", best["accuracy"], "run"))
         if validations[-1]["step"] != best["step"]:
             bars.append(Bar(f"{run.name} latest (step {validations[-1]['step']})", validations[-1]["accuracy"], "run"))
-    bars += [Bar(s["model"], s["accuracy"], "evaluation") for s in (by_key.get(key, []) if key is not None else [])]
-    bars += [Bar(f"{label} [published]", value, "published") for label, value in PUBLISHED.items()]
+    same_questions = by_key.get(key, []) if key is not None else []
+    bars += [Bar(s["model"], s["accuracy"], "evaluation") for s in same_questions]
+    if key is None or art_e_questions(validations[-1:] + same_questions):
+        bars += [Bar(f"{label} [published]", value, "published") for label, value in PUBLISHED.items()]
     return bars, key
+
+
+def art_e_questions(records: list[dict[str, Any]]) -> bool:
+    """Whether these records' questions are ART-E's kind: about enron.com inboxes (a record from
+    before records named the domain counts as one)."""
+    return all(r.get("inbox_domain", ART_E_DOMAIN) == ART_E_DOMAIN for r in records)
 
 
 # -- pictures -----------------------------------------------------------------------------------
@@ -188,8 +200,9 @@ def plot_models(bars: list[Bar], key: str | None, run: RunDir, path: Path) -> No
     axis.set_title(f"Answer accuracy on the run's validation questions ({key or 'no evaluations yet'})",
                    fontsize=11)
     axis.grid(axis="x", alpha=0.3)
-    fig.text(0.01, 0.01, "green: this run's validations; blue: python -m trainer.eval on the same questions; "
-             "hatched grey: ART-E's published figures (its own 100 questions and judge)", fontsize=8)
+    published = "; hatched grey: ART-E's published figures (its own 100 questions and judge)"
+    fig.text(0.01, 0.01, "green: this run's validations; blue: python -m trainer.eval on the same questions"
+             + (published if any(b.kind == "published" for b in bars) else ""), fontsize=8)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     save(fig, run, path)
 
@@ -234,7 +247,8 @@ def models_section(run: RunDir, out: Path) -> list[str]:
         return ["No model evaluated on this run's questions yet (the run's own validations, or "
                 "`python -m trainer.eval`). For reference:", "", *models_table(bars)]
     plot_models(bars, key, run, out / "models.png")
-    return [f"Questions: `{key}`.", "", "![accuracy by model](models.png)", "", *models_table(bars)]
+    apart = [] if any(b.kind == "published" for b in bars) else ["", NOT_ART_E]
+    return [f"Questions: `{key}`.", "", "![accuracy by model](models.png)", "", *models_table(bars), *apart]
 
 
 def write_report(run: RunDir) -> Path:

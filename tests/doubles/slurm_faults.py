@@ -53,15 +53,19 @@ def descendants(roots: list[int]) -> list[int]:
     return found
 
 
-def kill_job_processes(job_id: str) -> int:
-    """kill -9 every process of the job but its slurmstepd: what an OOM kill of the whole job's
-    cgroup does (sacct then says FAILED, and no end hook ran). Returns how many were killed."""
-    victims = descendants(stepd_pids(job_id))
-    for pid in victims:
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def kill_job_processes(job_id: str) -> int:
+    """kill -9 every process of the job but its slurmstepd: what an OOM kill of the whole job's
+    cgroup does (sacct then says FAILED, and no end hook ran). Returns how many were killed."""
+    victims = descendants(stepd_pids(job_id))
+    _kill(victims)
     return len(victims)
 
 
@@ -102,15 +106,10 @@ def lose_node(job_id: str) -> str:
     pid = slurmd_pid(node)
     if pid is None:
         raise RuntimeError(f"no slurmd found for node {node!r} of job {job_id}")
-    victims = jobs_on(node)
-    os.kill(pid, signal.SIGKILL)
-    for job in victims:
-        kill_job_processes(job)
-        for stepd in stepd_pids(job):
-            try:
-                os.kill(stepd, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    stepds = [stepd for job in jobs_on(node) for stepd in stepd_pids(job)]
+    workload = descendants(stepds)
+    _kill([pid, *stepds])  # first: a slurmstepd that outlived its workload would report it FAILED
+    _kill(workload)
     return node
 
 

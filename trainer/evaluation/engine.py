@@ -121,6 +121,14 @@ def split_key(split: str, scenarios: list["Scenario"]) -> str:
     return f"{split}-{len(scenarios)}-{ids}"
 
 
+def inbox_domain(scenarios: list["Scenario"]) -> str | None:
+    """The domain of the inboxes the questions ask about, when they share one (ART-E's are
+    enron.com, the synthetic inboxes' mail.synth): a report sets ART-E's published figures only
+    beside accuracy on ART-E's own kind of question."""
+    domains = {s.inbox_address.rpartition("@")[2] for s in scenarios}
+    return domains.pop() if len(domains) == 1 else None
+
+
 def summarize(results: list[QuestionResult]) -> dict[str, Any]:
     """The figures a validation or an evaluation reports (rates over all questions)."""
     n = len(results)

@@ -54,7 +54,7 @@ from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import Judge, missing_keys, use_bundled_price_table
 from trainer.agent.rollout import AgentConfig
 from trainer.agent.scenarios import SPLITS, load_scenarios
-from trainer.evaluation.engine import QuestionResult, evaluate, records, split_key, summarize
+from trainer.evaluation.engine import QuestionResult, evaluate, inbox_domain, records, split_key, summarize
 from trainer.serving.policy import PolicyError, PolicySpec, base_model_for, open_policy, parse_policy, served_name
 from trainer.serving.vllm_server import ServerError, ServerSpec, VLLMServer, free_port
 from trainer.staging.data import REPO, cluster_setting, default_data_dir
@@ -202,7 +202,7 @@ async def evaluate_one(plan: EvalPlan, spec: PolicySpec, scenarios: list["Scenar
     by_id = {**kept, **{r.id: r for r in fresh}}
     results = [by_id[s.id] for s in scenarios]
     summary = {"model": spec.label, "kind": spec.kind, "split": plan.split, "split_key": key,
-               "judge_model": judge.model, **summarize(results), "time": utc_now()}
+               "inbox_domain": inbox_domain(scenarios), "judge_model": judge.model, **summarize(results), "time": utc_now()}
     where.write(records(results), summary)
     log.info("%s: accuracy %.3f on %d questions (%s)", spec.label, summary["accuracy"], len(results), where.folder)
     return summary

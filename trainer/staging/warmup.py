@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from trainer.agent.email_db import EmailDB
 from trainer.agent.reward import Rubric
 from trainer.agent.rollout import AgentConfig
-from trainer.agent.scenarios import load_scenarios
+from trainer.agent.scenarios import PREPARE_HINT, load_scenarios
 from trainer.agent.tools import READ_EMAIL, RETURN_FINAL_ANSWER, SEARCH_EMAILS, TOOL_SCHEMAS, EmailTools
 from trainer.staging.data import data_paths, default_data_dir
 from trainer.staging.first_calls import first_calls
@@ -273,20 +273,31 @@ def copy_lessons(tokenizer: Any, scenarios: list["Scenario"]) -> list[Any]:
     return lessons
 
 
+def scripted_lessons(data_dir: Path, policy: str, max_turns: int,
+                     good_share: float) -> tuple[list["Scenario"], list[list[dict[str, Any]]]]:
+    """The training scenarios and ``policy``'s conversations on them; WarmupError (one line, exit 2)
+    when ``data_dir`` is not staged or gives no conversation, before any model is loaded."""
+    try:
+        scenarios = load_scenarios(data_dir, "train", limit=None)
+        with EmailDB(data_paths(data_dir).db) as db:
+            conversations = POLICIES[policy](scenarios, db, AgentConfig(max_turns=max_turns), good_share=good_share)
+    except (FileNotFoundError, ValueError) as error:
+        raise WarmupError(f"--data_dir {data_dir}: {error}") from None
+    if not conversations:
+        raise WarmupError(f"no training scenario of {data_dir} gives a scripted conversation (no question word found "
+                          f"its email); {PREPARE_HINT}")
+    return scenarios, conversations
+
+
 def warm_up(base: Path, out: Path, data_dir: Path, *, steps: int, batch_size: int, learning_rate: float,
             max_turns: int, seed: int = 0, check: int = 16, policy: str = "reference", good_share: float = 1.0,
             targets: str = "assistant", copy_steps: int = 0, say=print) -> WarmupReport:
     """Warm ``base`` up into ``out`` on ``policy``'s conversations, after ``copy_steps`` of the copy
     lesson; ``check`` conversations' first turns are generated after it."""
-    import torch  # torch only in the warm-up's steps, not at --help
+    scenarios, conversations = scripted_lessons(data_dir, policy, max_turns, good_share)
+    import torch  # torch only in the warm-up's steps: bad data is refused without it
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    scenarios = load_scenarios(data_dir, "train", limit=None)
-    with EmailDB(data_paths(data_dir).db) as db:
-        conversations = POLICIES[policy](scenarios, db, AgentConfig(max_turns=max_turns), good_share=good_share)
-    if not conversations:
-        raise WarmupError(f"no training scenario of {data_dir} gives a scripted conversation (no question word found "
-                          "its email); stage the data with `python -m trainer.data prepare`")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(str(base))
     lessons = copy_lessons(tokenizer, scenarios) if copy_steps else []

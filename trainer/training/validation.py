@@ -35,7 +35,7 @@ from hpc.run import ownership
 from hpc.run.checkpoints import list_checkpoints, prune
 from hpc.run.rundir import RunDir
 from trainer.agent.scenarios import load_scenarios
-from trainer.evaluation.engine import evaluate, records, split_key, summarize
+from trainer.evaluation.engine import evaluate, inbox_domain, records, split_key, summarize
 
 if TYPE_CHECKING:
     import art
@@ -96,7 +96,8 @@ class Validator:
             log.info("validation at step %d abandoned (stop requested); the next job runs it", step)
             return None
         summary = {"step": step, **summarize(results), "model": model.get_inference_name(),
-                   "split_key": split_key("test", self.scenarios), "judge_model": self.judge.model,
+                   "split_key": split_key("test", self.scenarios),
+                   "inbox_domain": inbox_domain(self.scenarios), "judge_model": self.judge.model,
                    "seconds": round(time.monotonic() - began, 3)}  # the stop-at-boundary rule predicts from it
         self.run.record_validation(summary, records(results))
         await model.log(metrics={k: float(v) for k, v in summary.items() if isinstance(v, (int, float))

@@ -16,6 +16,8 @@ from tests.doubles.art_backend import save_adapter
 from tests.doubles.fake_vllm import write_executable
 from tests.doubles.openai_server import OpenAIServer, failure
 from tests.trainer.training.test_validation import PLANTED, planted_agent
+from trainer.agent.scenarios import Scenario, load_scenarios
+from trainer.evaluation.engine import inbox_domain
 from trainer.evaluation.eval import main as eval_main
 
 pytestmark = pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
@@ -204,3 +206,14 @@ def test_a_model_that_fails_every_question_exits_1_and_keeps_no_result(flaky, qu
     assert eval_main(["--model", url, "--config", "smoke"]) == 0
     assert len(asked_questions(server, before)) == 4, "the next run asks every question again"
     assert summary_of(tmp_path, None, "policy")["accuracy"] == 0.5
+
+
+def test_a_question_set_names_its_inboxes_domain_only_when_they_share_one(art_e_data_dir: Path, tmp_path: Path) -> None:
+    from trainer.staging import synthetic_inbox
+
+    enron = load_scenarios(art_e_data_dir, "test", limit=None)
+    synthetic_inbox.write(synthetic_inbox.generate(seed=1, train_inboxes=2, heldout_inboxes=2), tmp_path)
+    synth = [Scenario.from_row(row, "test") for row in map(json.loads, (tmp_path / "questions.jsonl").read_text()
+                                                          .splitlines())]
+    assert inbox_domain(enron) == "enron.com" and inbox_domain(synth) == synthetic_inbox.DOMAIN == "mail.synth"
+    assert inbox_domain(enron[:1] + synth[:1]) is None

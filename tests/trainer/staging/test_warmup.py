@@ -96,3 +96,16 @@ def test_a_negative_copy_steps_is_a_one_line_error_with_exit_2(tmp_path: Path, c
     error = capsys.readouterr().err.strip()
     assert error == "trainer.warmup: error: --copy_steps -1: accepted: an integer >= 0"
     assert not (tmp_path / "out").exists()
+
+
+def test_unstaged_data_is_a_one_line_error_with_exit_2_before_any_model_loads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("{}")  # not a loadable model: the refusal must come first
+    assert main([str(base), str(tmp_path / "out"), "--data_dir", str(tmp_path / "nodata")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == (f"trainer.warmup: error: --data_dir {tmp_path / 'nodata'}: scenario file not found: "
+                     f"{tmp_path / 'nodata' / 'scenarios' / 'train.jsonl'}; "
+                     "stage the data with `python -m trainer.data prepare`")
+    assert not (tmp_path / "out").exists()
