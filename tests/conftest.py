@@ -36,6 +36,27 @@ def _slurm_problem() -> str | None:
     return None
 
 
+SERIAL_GROUP = "local-slurm"
+# Real Ray heads outside Slurm: their ports and processes stay apart from the Slurm jobs' Ray
+SERIAL_FILES = ("tests/hpc/job/test_ray_cluster.py",)
+
+
+def runs_in_series(item: pytest.Item) -> bool:
+    return item.get_closest_marker("slurm") is not None or item.nodeid.startswith(SERIAL_FILES)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group into each test's id
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that use the one local Slurm share its two nodes, so under pytest-xdist (pyproject's
+    ``-n 2 --dist loadgroup``) they run one after another on one worker, and first: they take longest
+    (~16 of the suite's 27 minutes, mostly Slurm's own clocks: time limits, node timeouts, requeue
+    holds), while the other worker runs everything else beside them (~11 minutes)."""
+    serial = [item for item in items if runs_in_series(item)]
+    for item in serial:
+        item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+    items[:] = serial + [item for item in items if not runs_in_series(item)]
+
+
 @pytest.fixture(scope="session")
 def slurm() -> None:
     problem = _slurm_problem()
