@@ -1,0 +1,20 @@
+"""The local Slurm's tests share one pytest-xdist group (tests/conftest.py): one worker runs them
+one after another. pytest 9.2 with pytest-xdist 3.8 dropped the group without a word (xdist writes
+it into Node._nodeid, which pytest 9.2 no longer reads) and the Slurm tests then ran on both
+workers at once, fighting over the two nodes; this test fails when that comes back."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.conftest import SERIAL_GROUP
+
+pytestmark = pytest.mark.slurm
+
+
+def test_a_local_slurm_test_runs_in_the_one_xdist_group(slurm, request: pytest.FixtureRequest) -> None:
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        pytest.skip("one process (-n 0): no workers, no groups")
+    assert request.node.nodeid.endswith(f"@{SERIAL_GROUP}"), request.node.nodeid
