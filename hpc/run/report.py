@@ -104,6 +104,10 @@ def model_bars(run: RunDir) -> tuple[list[Bar], str | None]:
     return bars, key
 
 
+def has_published(bars: list[Bar]) -> bool:
+    return any(bar.kind == "published" for bar in bars)
+
+
 def art_e_questions(records: list[dict[str, Any]]) -> bool:
     """Whether these records' questions are ART-E's kind: about enron.com inboxes (a record from
     before records named the domain counts as one)."""
@@ -202,7 +206,7 @@ def plot_models(bars: list[Bar], key: str | None, run: RunDir, path: Path) -> No
     axis.grid(axis="x", alpha=0.3)
     published = "; hatched grey: ART-E's published figures (its own 100 questions and judge)"
     fig.text(0.01, 0.01, "green: this run's validations; blue: python -m trainer.eval on the same questions"
-             + (published if any(b.kind == "published" for b in bars) else ""), fontsize=8)
+             + (published if has_published(bars) else ""), fontsize=8)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     save(fig, run, path)
 
@@ -247,7 +251,7 @@ def models_section(run: RunDir, out: Path) -> list[str]:
         return ["No model evaluated on this run's questions yet (the run's own validations, or "
                 "`python -m trainer.eval`). For reference:", "", *models_table(bars)]
     plot_models(bars, key, run, out / "models.png")
-    apart = [] if any(b.kind == "published" for b in bars) else ["", NOT_ART_E]
+    apart = [] if has_published(bars) else ["", NOT_ART_E]
     return [f"Questions: `{key}`.", "", "![accuracy by model](models.png)", "", *models_table(bars), *apart]
 
 

@@ -280,22 +280,24 @@ def generate(seed: int = 0, train_inboxes: int = 600, heldout_inboxes: int = 60,
     return Corpus(emails, questions)
 
 
+def inboxes(questions: list[dict[str, Any]]) -> set[str]:
+    return {q["inbox_address"] for q in questions}
+
+
 def leaks(corpus: Corpus) -> list[str]:
     """What of the held-out split shows in the training split (the warm-up's inboxes included): its
     inboxes, questions or answers in any training email or question; and any inbox both the
     warm-up's and the train split's. [] when the splits are clean."""
-    heldout = corpus.split_questions("test")
-    trained = corpus.split_questions("train") + corpus.split_questions(WARMUP)
-    train_inboxes = {q["inbox_address"] for q in trained}
-    test_inboxes = {q["inbox_address"] for q in heldout}
+    heldout, train, warmup = (corpus.split_questions(split) for split in ("test", "train", WARMUP))
+    trained = train + warmup
+    test_inboxes = inboxes(heldout)
     train_text = "\n".join([json.dumps(e) for e in corpus.emails if not set(e["to"]) & test_inboxes and
                             e["from"] not in test_inboxes] + [json.dumps(q) for q in trained])
-    found = [f"inbox {a} in both splits" for a in sorted(train_inboxes & test_inboxes)]
-    found += [f"inbox {a} in both the warm-up's and the train split" for a in sorted(
-        {q["inbox_address"] for q in corpus.split_questions(WARMUP)}
-        & {q["inbox_address"] for q in corpus.split_questions("train")})]
+    trained_questions = {t["question"] for t in trained}
+    found = [f"inbox {a} in both splits" for a in sorted(inboxes(trained) & test_inboxes)]
+    found += [f"inbox {a} in both the warm-up's and the train split" for a in sorted(inboxes(warmup) & inboxes(train))]
     found += [f"question {q['id']} ({q['question']!r}) in the training split" for q in heldout
-              if q["question"] in {t["question"] for t in trained}]
+              if q["question"] in trained_questions]
     found += [f"answer {q['answer']} of question {q['id']} in the training split" for q in heldout
               if q["answer"] in train_text]
     found += [f"inbox {a} in the training split's text" for a in sorted(test_inboxes) if a in train_text]
