@@ -101,6 +101,12 @@ def test_a_rise_whose_intervals_overlap_misses_the_target_even_at_20_points() ->
     assert exact.met and "apart" in exact.measured  # 20 points exactly, counted without rounding error
 
 
+def test_a_fall_clear_of_noise_misses_the_target_and_is_not_called_an_overlap() -> None:
+    """The first curve's seed 2 fell from 142/300 to 0/300 and the bench said "intervals overlap"."""
+    (fell, _) = verdicts({"runs": [{"seed": 2, "heldout": points((0, 142), (64, 0))}], "control": {"heldout": []}})
+    assert not fell.met and fell.measured.endswith("-47.3%, intervals apart, the last below the first")
+
+
 def test_the_picture_is_drawn_from_the_json_alone(tmp_path: Path) -> None:
     data = {"device": "1 x NVIDIA H100 80GB HBM3", "model": "made model", "date": "2026-11-27",
             "runs": [{"seed": 1, "heldout": points((0, 75), (4, 150), (8, 240))},
