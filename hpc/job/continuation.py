@@ -365,11 +365,15 @@ def resume_after_lost_job(run: RunDir, lost: JobStart, step: int, job_id: str, l
 
 
 def nothing_to_do(run: RunDir, job_id: str) -> str | None:
-    """Why this job must not touch the run though it is neither done nor failed: its user
+    """Why this job must not touch the run though it is neither done nor failed: it moved to
+    another cluster (hpc/run/bundle.py), its user
     cancelled it (a ``cancelled`` record since the newest launch), this job is a successor
     whose predecessor Slurm requeued (back in the queue, it carries the run on), or another
     job of the run is running."""
     records = ledger.read(run)
+    moved = ledger.moved_away(records)
+    if moved is not None:
+        return f"run {run.name} moved to {moved.to} at step {moved.step} and continues there"
     if ledger.cancelled_since_launch(records):
         return f"run {run.name} was cancelled by its user (launch again to resume)"
     before = successor.predecessor(records, job_id)

@@ -48,7 +48,7 @@ from hpc.launcher.network import tunnel_for
 from hpc.launcher.render import render
 from hpc.launcher.sbatch_options import check_sbatch_args
 from hpc.launcher.timelimit import parse_time_limit
-from hpc.run import init_from, ledger, ownership
+from hpc.run import bundle, init_from, ledger, ownership
 from hpc.run.checkpoints import latest_complete, model_dir
 from hpc.run.ledger import Chain, Submit
 from hpc.run.rundir import RunDir
@@ -233,6 +233,8 @@ def move_aside(path: Path) -> Path | None:
 def integrity(spec: JobSpec, restart: bool) -> str:
     """Refuse (UsageError) to train in a model folder that is not this run's; return a note
     for the user (a folder adopted from before ownership records), else ""."""
+    if not restart:
+        bundle.refuse_moved(spec.run_dir)  # it trains where it moved to, never in two places
     try:
         if restart and not ownership.can_move_aside(spec.run_dir, spec.model_dir):
             raise ownership.OwnershipError(ownership.foreign_folder(

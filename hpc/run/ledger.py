@@ -2,8 +2,8 @@
 
 Each kind of event is one frozen dataclass with its fields (docs/design.md, "Ledger records"):
 ``Submit``, ``Chain``, ``JobStart``, ``JobEnd``, ``Requeue``, ``Successor``, ``Resubmit``,
-``Cancelled``, ``Done``, ``Failed``. ``append`` writes one as the JSON line runs on clusters
-already have (``event`` and ``time`` first; a field listed in a kind's ``OMITTED`` only when
+``Cancelled``, ``Done``, ``Failed``, ``Moved``, ``MovedIn``, ``Reclaimed``. ``append`` writes one as the JSON
+line runs on clusters already have (``event`` and ``time`` first; a field listed in a kind's ``OMITTED`` only when
 set); ``read`` gives them back typed, oldest first. Lines are read as every record of a run
 directory is (hpc/run/rundir.py, hpc/run/fields.py), with the fields of their event's class: a
 line that is not an object, has a field of the wrong kind, or is a job record without its job
@@ -178,8 +178,40 @@ class Failed(Record):
     error: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class Moved(Record):
+    """The run was bundled to continue elsewhere (hpc/run/bundle.py): ``to`` (where), at ``step``
+    (its latest complete checkpoint), as ``bundle`` (the bundle's id). It trains there, not here."""
+
+    EVENT = "moved"
+    to: str = ""
+    step: int | None = None
+    bundle: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MovedIn(Record):
+    """The run arrived from a bundle (hpc/run/unbundle.py): from ``source`` (host:run folder) at
+    ``step``. The records before it are of the clusters it came from: their job ids are not ours."""
+
+    EVENT = "moved_in"
+    source: str = ""
+    step: int | None = None
+    bundle: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reclaimed(Record):
+    """The user took a moved run back here (``python -m hpc.run reclaim``): it trains here again,
+    and ``bundle``'s copy must not."""
+
+    EVENT = "reclaimed"
+    bundle: str = ""
+
+
 KINDS: dict[str, type[Record]] = {kind.EVENT: kind for kind in (
-    Submit, Chain, JobStart, JobEnd, Requeue, Successor, Resubmit, Cancelled, Done, Failed)}
+    Submit, Chain, JobStart, JobEnd, Requeue, Successor, Resubmit, Cancelled, Done, Failed, Moved, MovedIn,
+    Reclaimed)}
 R = TypeVar("R", bound=Record)
 
 
@@ -275,10 +307,11 @@ def of_kind(records: Iterable[Record], kind: type[R]) -> list[R]:
 
 
 def job_ids(records: Iterable[Record]) -> list[str]:
-    """Every job the ledger names, in the order it last names them: the job that did something
-    last comes last (a chain's pre-submitted jobs before the one that started after them)."""
+    """Every job the ledger names since the run last arrived here (``moved_in``: older job ids are
+    another cluster's), in the order it last names them: the job that did something last comes
+    last (a chain's pre-submitted jobs before the one that started after them)."""
     ids: dict[str, None] = {}
-    for record in records:
+    for record in since_arrival(list(records)):
         if isinstance(record, JobRecord):
             ids.pop(record.job_id, None)
             ids[record.job_id] = None
@@ -309,3 +342,15 @@ def latest_launch(records: Iterable[Record]) -> Submit | None:
 def cluster_of(records: Iterable[Record]) -> str | None:
     """The cluster of the run's latest launch (submit and chain records name it)."""
     return next((r.cluster for r in reversed(list(records)) if isinstance(r, Launched) and r.cluster), None)
+
+
+def since_arrival(records: list[Record]) -> list[Record]:
+    """The records since the run last arrived from a bundle (``moved_in``), else all of them."""
+    arrivals = [k for k, record in enumerate(records) if isinstance(record, MovedIn)]
+    return records[arrivals[-1]:] if arrivals else records
+
+
+def moved_away(records: Iterable[Record]) -> Moved | None:
+    """The move that took the run elsewhere, unless it was reclaimed or arrived back since."""
+    last = next((r for r in reversed(list(records)) if isinstance(r, (Moved, MovedIn, Reclaimed))), None)
+    return last if isinstance(last, Moved) else None

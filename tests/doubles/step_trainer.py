@@ -46,6 +46,12 @@ Same argv shape and contract as the real trainer (docs/design.md):
   and exits as the trainer would (78 permanent, 69 transient): real-Slurm tests
   fail a job with the real checks.
 
+Optimizer state: like a trainer's AdamW moments, the double keeps two numbers (m, v), updated
+by every step from a made-up gradient (``optimizer_update``), resumed from the latest
+checkpoint's ``optimizer.safetensors`` (zeros where there is none, as a fresh optimizer) and
+saved beside each step's adapter; ``expected_optimizer(N)`` is what N steps in one go give, so a
+test checks by value that a resumed or moved run lost none of it.
+
 Its pid goes to ``$HPC_RUN_DIR/trainer.pid`` and, while it sleeps mid-save,
 ``$HPC_RUN_DIR/saving`` names the step, so a test can ``kill -9`` it there.
 """
@@ -76,6 +82,8 @@ from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now
 
 STOP: list[str] = []  # the signal that asked us to stop, if any
 STEPS_LOG = "steps.log"
+OPTIMIZER_FILE = "optimizer.safetensors"  # the double's optimizer state, beside each step's adapter
+OPTIMIZER: list[float] = [0.0, 0.0]  # (m, v) as this process holds them
 
 
 @dataclass(frozen=True)
@@ -208,6 +216,43 @@ def once(run: RunDir, name: str) -> bool:
         return False
 
 
+def as_f32(values: list[float]) -> list[float]:
+    return list(struct.unpack(f"<{len(values)}f", struct.pack(f"<{len(values)}f", *values)))
+
+
+def optimizer_update(state: list[float], step: int) -> list[float]:
+    """One Adam-like update of the moments (m, v) with step ``step``'s made-up gradient, kept in float32
+    (as saved: a resumed state is the one held)."""
+    grad = ((step * 7919) % 13) / 13 - 0.5
+    m, v = state
+    return as_f32([0.9 * m + 0.1 * grad, 0.999 * v + 0.001 * grad * grad])
+
+
+def expected_optimizer(steps: int, start: int = 1) -> list[float]:
+    """The moments after steps ``start``..``steps`` from a fresh (zero) state."""
+    state = [0.0, 0.0]
+    for step in range(start, steps + 1):
+        state = optimizer_update(state, step)
+    return state
+
+
+def read_optimizer(folder: Path) -> list[float] | None:
+    """The moments saved in a checkpoint folder, None where there are none."""
+    try:
+        data = (folder / OPTIMIZER_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + length])
+    begin, end = header["moments"]["data_offsets"]
+    raw = data[8 + length + begin:8 + length + end]
+    return list(struct.unpack(f"<{len(raw) // 4}f", raw))
+
+
+def save_optimizer(folder: Path, state: list[float]) -> None:
+    (folder / OPTIMIZER_FILE).write_bytes(safetensors_of({"moments": ("F32", [len(state)], state)}))
+
+
 @dataclass(frozen=True)
 class TrainedStep:
     """One line of steps.log: a step trained (and logged before its checkpoint is saved)."""
@@ -245,7 +290,9 @@ def train(run: RunDir, model_dir: Path, opts: Options, rule: BoundaryRule) -> in
     quarantine_incomplete(model_dir)
     latest = latest_complete(model_dir)
     start_step = latest.step if latest else 0
-    print(f"step_trainer: resuming from step {start_step} of {opts.steps}", flush=True)
+    OPTIMIZER[:] = (read_optimizer(latest.path) if latest else None) or [0.0, 0.0]
+    print(f"step_trainer: resuming from step {start_step} of {opts.steps} (optimizer moments {OPTIMIZER})",
+          flush=True)
     say(rule.describe())
     decision = rule.check_start(startup_durations(run), step_durations(run))
     if not decision.fits:  # as the trainer before its backend starts
@@ -308,7 +355,9 @@ def train_step(run: RunDir, model_dir: Path, opts: Options, step: int) -> bool:
     rolled = time.time()
     time.sleep(seconds * (1 - opts.rollout_share))  # PEP 475: a signal does not cut training short
     log_step(run, step, began, time.time())
+    OPTIMIZER[:] = optimizer_update(OPTIMIZER, step)
     save_checkpoint(model_dir, run, step, opts)
+    save_optimizer(step_dir(model_dir, step), OPTIMIZER)
     mean = sum(opts.step_seconds) / 2
     run.write_progress({"step": step, "total_steps": opts.steps, "seconds_per_step": mean,
                         "eta_seconds": (opts.steps - step) * mean})

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc.run import ownership
-from hpc.run.checkpoints import list_checkpoints, prune
+from hpc.run.checkpoints import best_step, list_checkpoints, prune
 from hpc.run.rundir import RunDir
 from trainer.agent.scenarios import load_scenarios
 from trainer.evaluation.engine import evaluate, inbox_domain, records, split_key, summarize
@@ -57,14 +57,6 @@ def validation_scenarios(config: "TrainerConfig", data_dir: Path) -> list["Scena
 
 def is_due(step: int, every: int, total: int) -> bool:
     return step % every == 0 or step == total
-
-
-def best_step(validations: list[dict[str, Any]]) -> int | None:
-    """The validated step with the highest accuracy (then reward, then the later step)."""
-    if not validations:
-        return None
-    best = max(validations, key=lambda v: (v["accuracy"], v.get("reward_mean", 0.0), v["step"]))
-    return int(best["step"])
 
 
 @dataclass
