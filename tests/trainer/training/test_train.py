@@ -764,3 +764,33 @@ def test_a_fast_start_run_gives_vllm_eager_mode_without_kernel_autotuning() -> N
                                                     "enforce_eager": True,
                                                     "kernel_config": {"enable_flashinfer_autotune": False}}
     assert plain._internal_config["engine_args"] == {"gpu_memory_utilization": 0.75, "max_model_len": 16384}
+
+
+# -- a run moved to another place (hpc/run/bundle.py, hpc/run/unbundle.py) ------------------------------------
+
+
+def test_a_run_moved_after_step_1_trains_the_next_batches_of_the_same_data_order_in_its_new_place(
+    run: Run, art_e_data_dir: Path, start_trainer: Callable[..., subprocess.Popen], tmp_path: Path
+) -> None:
+    from hpc.run.bundle import bundle
+    from hpc.run.ownership import claim
+    from hpc.run.unbundle import unbundle
+    from tests.doubles.ledger_lines import write_record
+
+    write_record(run.run_dir, "submit", job_id="1", cluster="local")
+    claim(run.run_dir, run.model_dir)
+    first = start_trainer("first", ART_FAKE_TRAIN_SECONDS="0.5")
+    wait_for(lambda: read_or_empty(run.art_path / TRAINING_MARKER) == "0", "step 1 to be training")
+    first.send_signal(signal.SIGUSR1)
+    assert first.wait(timeout=30) == EXIT_STOPPED_FOR_TIME and run.trained == [0]
+
+    bundle(run.run_dir, tmp_path / "bundle", part_mib=1)
+    arrived = unbundle(tmp_path / "bundle", tmp_path / "runs_b", str(tmp_path / "art_b"))
+    moved = Run({**run.env, "HPC_RUN_DIR": str(arrived.place.run_dir), "ART_PATH": str(tmp_path / "art_b")},
+                RunDir(arrived.place.run_dir), tmp_path / "art_b", arrived.place.model_dir)
+    second = start_trainer("second", HPC_RUN_DIR=moved.env["HPC_RUN_DIR"], ART_PATH=moved.env["ART_PATH"])
+    assert second.wait(timeout=60) == 0
+
+    assert moved.trained == [1, 2], "the new place trains from step 1's checkpoint on: no step again"
+    assert trained_scenario_ids(run) + trained_scenario_ids(moved) == batch_scenario_ids(art_e_data_dir)
+    assert moved.run_dir.read_done()["final_step"] == TOTAL and run.run_dir.read_done() is None
