@@ -223,8 +223,9 @@ def check_part_mib(value: int) -> int:
 
 
 def refuse_moved(run: RunDir) -> None:
-    """UsageError when the run's ledger says it moved (and was not taken back)."""
-    moved = ledger.moved_away(ledger.read(run))
+    """UsageError when the run's ledger says it moved (and was not taken back); a ledger that cannot
+    be read says nothing here (the launch's other checks name it)."""
+    moved = ledger.moved_away(ledger.readable(run))
     if moved is not None:
         raise UsageError(moved_line(run, moved))
 

@@ -261,6 +261,16 @@ def test_begin_has_nothing_to_do_for_a_finished_or_failed_run(run, model, marker
     assert ("finished at step 628" if marker == "done" else "marked failed (broken)") in out
 
 
+def test_begin_has_nothing_to_do_for_a_run_that_moved_to_another_cluster_until_it_is_reclaimed(run, model, capsys):
+    save(model, 5)
+    write_record(run, "moved", to="jureca:/p/runs", step=5, bundle="ab" * 16)
+    assert cont.begin(run, model, "9", 0) == cont.EXIT_NOTHING_TO_DO
+    assert "moved to jureca:/p/runs at step 5" in capsys.readouterr().out
+    assert [r["event"] for r in ledger_lines(run)] == ["moved"]
+    write_record(run, "reclaimed", bundle="ab" * 16)
+    assert cont.begin(run, model, "9", 0) == 0
+
+
 def test_begin_closes_a_job_lost_without_its_end_hook(run, model, slurm_calls):
     save(model, 4)
     write_record(run, "job_start", job_id="7", step=2, restart_count=0)

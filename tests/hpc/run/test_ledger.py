@@ -19,7 +19,10 @@ from hpc.run.ledger import (
     Failed,
     JobEnd,
     JobStart,
+    Moved,
+    MovedIn,
     Outcome,
+    Reclaimed,
     Requeue,
     Resubmit,
     Submit,
@@ -49,6 +52,9 @@ EVERY_KIND = [
     Done(time=T, step=628),
     Failed(time=T, reason="2 failed job(s) in a row without progress", log_tail=None),
     Failed(time=T, reason="configuration error (exit 78)", log_tail="/r/logs/r-9.err", error="preflight check failed"),
+    Moved(time=T, to="jureca:/p/runs", step=5, bundle="ab" * 16),
+    MovedIn(time=T, source="vista:/w/runs/r", step=5, bundle="ab" * 16),
+    Reclaimed(time=T, bundle="ab" * 16),
 ]
 
 
@@ -83,6 +89,9 @@ def test_each_kind_is_written_as_the_documented_line(run: RunDir) -> None:
     assert lines[14] == {"event": "failed", "time": T, "reason": "2 failed job(s) in a row without progress",
                          "log_tail": None}
     assert lines[15]["error"] == "preflight check failed"
+    assert lines[16] == {"event": "moved", "time": T, "to": "jureca:/p/runs", "step": 5, "bundle": "ab" * 16}
+    assert lines[17] == {"event": "moved_in", "time": T, "source": "vista:/w/runs/r", "step": 5, "bundle": "ab" * 16}
+    assert lines[18] == {"event": "reclaimed", "time": T, "bundle": "ab" * 16}
 
 
 def test_every_kind_reads_back_as_it_was_written(run: RunDir) -> None:
@@ -90,7 +99,7 @@ def test_every_kind_reads_back_as_it_was_written(run: RunDir) -> None:
         ledger.append(run, record)
     assert ledger.read(run) == EVERY_KIND
     assert set(KINDS) == {"submit", "chain", "job_start", "job_end", "requeue", "successor", "resubmit", "cancelled",
-                          "done", "failed"}
+                          "done", "failed", "moved", "moved_in", "reclaimed"}
 
 
 def test_a_ledger_written_line_by_line_as_runs_on_clusters_have_it_reads_typed(run: RunDir) -> None:
