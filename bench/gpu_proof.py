@@ -337,6 +337,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="agent008-14b: vLLM without CUDA graphs (said as a deviation)")
     parser.add_argument("--resume_steps", type=int, default=0,
                         help="agent008-14b: steps the resumed job trains (0: stopped once its first step has started)")
+    parser.add_argument("--full_steps", type=int, default=2, help="agent008-14b: steps of the first training process")
+    parser.add_argument("--bundle_to", type=Path, default=None,
+                        help="agent008-14b, segment 1: after the first process, bundle the run into this new folder "
+                             "and stop (python -m hpc.run bundle)")
+    parser.add_argument("--from_bundle", type=Path, default=None,
+                        help="agent008-14b, segment 2: unbundle the run from this folder, then only the resume")
+    parser.add_argument("--part_mib", type=int, default=1024, help="agent008-14b: the bundle's largest part in MiB")
     parser.add_argument("--background", action="store_true",
                         help="start the proof in a session of its own and return (output in WORK/proof.log)")
     parser.add_argument("--follow", type=float, default=None, metavar="SECONDS",

@@ -33,6 +33,7 @@ import argparse
 import json
 import math
 import shutil
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -128,6 +129,9 @@ class FullPlan:
     steps: int = 2
     resume_steps: int = 0
     timeout: float = FULL_TIMEOUT
+    bundle_to: Path | None = None  # segment 1: after the first process, bundle the run here and stop
+    from_bundle: Path | None = None  # segment 2: the run unbundled from here, then only the resume
+    part_mib: int = 1024
 
     def overrides(self) -> list[str]:
         """agent_008's config as the stage runs it: the made model, the proof's reward and backend,
@@ -173,19 +177,22 @@ class FullPlan:
 
 
 def full_plan(work: Work, args: argparse.Namespace) -> FullPlan:
-    """The card (this one, or --card's cluster emulated), the launcher's decision for it, the deviations."""
+    """The card (this one, or --card's cluster emulated), the launcher's decision for it, the deviations,
+    and the segment (``--bundle_to``: the first, ``--from_bundle``: the second)."""
     physical = gpu_total_gib(args.gpus[0])
     deviations = tuple(([f"max_tokens={args.max_tokens}"] if args.max_tokens else [])
                        + (["vllm_fast_start=true"] if args.fast_start else []))
     launcher_overrides = list(deviations)
+    segment = {"resume_steps": args.resume_steps, "steps": args.full_steps, "bundle_to": args.bundle_to,
+               "from_bundle": args.from_bundle, "part_mib": args.part_mib}
     if args.card is None:
         return FullPlan(args.model14b, args.gpus[0], physical, physical_decision(physical, 1, launcher_overrides),
-                        deviations=deviations, resume_steps=args.resume_steps)
+                        deviations=deviations, **segment)
     emulation = Emulation(Card.of(args.card), physical)
     if emulation.problem():
         raise ProofFailed(emulation.problem())
     return FullPlan(args.model14b, args.gpus[0], physical, launcher_decision(emulation.card, launcher_overrides),
-                    emulation, deviations=deviations, resume_steps=args.resume_steps)
+                    emulation, deviations=deviations, **segment)
 
 
 def plan_lines(plan: FullPlan, scenarios: int, gpu_name: str) -> list[str]:
@@ -296,6 +303,7 @@ class Figures:
     predicted_step_seconds: float | None = None
     predicted_startup_seconds: float | None = None
     memory_gib: dict[str, float | None] = field(default_factory=dict)
+    bundle: dict[str, Any] = field(default_factory=dict)  # a segment's bundle: MiB, parts, seconds to write or unpack
     targets: list[str] = field(default_factory=list)
     deviations: list[str] = field(default_factory=list)
 
@@ -318,15 +326,56 @@ def run_full_size(work: Work, plan: FullPlan, card_name: str) -> list[str]:
     if not plan.decision.fits:
         raise ProofFailed(f"the launcher refuses agent_008 on this card, so the stage does not run it: {plan.decision.line}")
     run = work.for_run(FULL_RUN, devices=plan.gpu)
-    run.claim()
     env = plan.emulation.env(work.root / "torch-peaks") if plan.emulation else peaks_env(work.root / "torch-peaks")
-    first = run_watched(run, plan, FULL_RUN, lambda mark: after_steps(run, plan.steps), env)
     figures = Figures(plan.emulation.card.cluster if plan.emulation else "this card", card_name, plan.decision.gpu_mode,
                       deviations=plan.what_differs())
-    say_and_keep(work, figures, trained_lines(run, plan, first, figures) + memory_lines(work, plan, first, figures))
-    check_card_held(plan, first.memory)
+    if plan.from_bundle is None:
+        run.claim()
+        first = run_watched(run, plan, FULL_RUN, lambda mark: after_steps(run, plan.steps), env)
+        say_and_keep(work, figures, trained_lines(run, plan, first, figures) + memory_lines(work, plan, first, figures))
+        check_card_held(plan, first.memory)
+    else:
+        say_and_keep(work, figures, arrived_lines(run, plan.from_bundle, figures))
+    if plan.bundle_to is not None:
+        say_and_keep(work, figures, bundled_lines(run, plan, figures))
+        return [f"figures in {work.root / FIGURES_FILE}", *figures.targets]
     say_and_keep(work, figures, resumed_lines(run, plan, env, figures, config))
     return [f"figures in {work.root / FIGURES_FILE}", *figures.targets]
+
+
+def bundled_lines(run: Work, plan: FullPlan, figures: Figures) -> list[str]:
+    """Segment 1's end: the stopped run bundled (python -m hpc.run bundle) into parts that leave the machine."""
+    from hpc.run.bundle import bundle
+
+    assert plan.bundle_to is not None
+    began = time.monotonic()
+    made = bundle(run.run, plan.bundle_to, plan.part_mib, to=f"{plan.bundle_to} (GPU proof, segment 2)")
+    sizes = [part["size"] for part in made.manifest["parts"]]
+    figures.bundle = {"step": made.step, "mib": round(sum(sizes) / 2**20, 1), "parts": len(sizes),
+                      "seconds": round(time.monotonic() - began, 1), "optimizer_mib": optimizer_mib(run.model_dir)}
+    return [f"bundled at step {made.step} into {plan.bundle_to}: {figures.bundle['mib']} MiB in {len(sizes)} part(s) "
+            f"of at most {plan.part_mib} MiB, {figures.bundle['seconds']} s; optimizer state on disk: "
+            f"{figures.bundle['optimizer_mib']} MiB (ART's Unsloth keeps AdamW's moments in memory)",
+            f"segment 2: bench/gpu_proof.py --only agent008-14b --from_bundle {plan.bundle_to} (docs/training.md)"]
+
+
+def arrived_lines(run: Work, folder: Path, figures: Figures) -> list[str]:
+    """Segment 2's start: the bundle checked and unbundled into this proof's runs and ART folders."""
+    from hpc.run.unbundle import unbundle
+
+    began = time.monotonic()
+    arrived = unbundle(folder, run.runs, str(run.art))
+    if arrived.place.model_dir != run.model_dir:
+        raise ProofFailed(f"the bundle's model folder went to {arrived.place.model_dir}, not {run.model_dir}")
+    figures.bundle = {"step": arrived.bundle.step, "unbundle_seconds": round(time.monotonic() - began, 1)}
+    return [f"unbundled {folder} at step {arrived.bundle.step} in {figures.bundle['unbundle_seconds']} s: "
+            f"the resume continues at step {arrived.bundle.step + 1}"]
+
+
+def optimizer_mib(model_dir: Path) -> float:
+    """What the model folder holds of optimizer state (files or folders named optimizer*), in MiB."""
+    found = [path for path in model_dir.rglob("optimizer*")]
+    return round(sum(folder_mib(p) if p.is_dir() else p.stat().st_size / 2**20 for p in found), 1)
 
 
 def say_and_keep(work: Work, figures: Figures, lines: list[str]) -> None:

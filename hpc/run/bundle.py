@@ -257,8 +257,8 @@ def refuse_active(run: RunDir) -> None:
 def bundle(run: RunDir, out: Path, part_mib: int, to: str | None = None) -> Made:
     """Write the bundle of ``run`` into ``out`` and record the move in its ledger (under its lock)."""
     check_part_mib(part_mib)
-    if not run.ledger.exists():
-        raise UsageError(f"{run.path} is not a run directory (no ledger.jsonl): name a run under the runs directory")
+    if not run.path.is_dir():
+        raise UsageError(f"no run directory at {run.path}: name a run under the runs directory (or its folder)")
     check_out(out)
     model_dir = ownership.model_dir_of(run)
     if model_dir is None:

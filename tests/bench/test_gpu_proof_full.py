@@ -148,3 +148,23 @@ def test_an_emulated_card_holds_the_run_only_if_the_gpus_total_never_passed_its_
 def test_the_physical_card_is_planned_as_the_launcher_plans_a_shared_one() -> None:
     decision = physical_decision(81559 / 1024, 1)
     assert decision.fits and "this 79.6 GiB card" in decision.line
+
+
+def test_the_full_size_stage_in_two_segments_bundles_after_the_first_and_resumes_from_it_in_a_fresh_folder(
+        full_size, tmp_path: Path, capsys) -> None:
+    work, model = full_size
+    bundle = tmp_path / "bundle"
+    run_full_size(work, double_plan(model, bundle_to=bundle, part_mib=1), "NVIDIA H200")
+    first = capsys.readouterr().out
+    assert "bundled at step 2 into" in first and "resumed from" not in first
+    assert json.loads((work.root / FIGURES_FILE).read_text())["bundle"]["step"] == 2
+
+    fresh_root = tmp_path / "fresh"
+    fresh_root.mkdir()
+    (fresh_root / "data").symlink_to((work.root / "data").resolve())
+    fresh = Work(fresh_root, work.judge_url, devices="0")
+    run_full_size(fresh, double_plan(model, from_bundle=bundle), "NVIDIA H200")
+    second = capsys.readouterr().out
+    assert "unbundled" in second and "resumed from checkpoint 2" in second and "'email-agent-008@2'" in second
+    assert "the run's steps [1, 2]: none lost, none repeated" in second
+    assert json.loads((fresh_root / FIGURES_FILE).read_text())["bundle"]["step"] == 2
