@@ -335,7 +335,7 @@ def run_full_size(work: Work, plan: FullPlan, card_name: str) -> list[str]:
         say_and_keep(work, figures, trained_lines(run, plan, first, figures) + memory_lines(work, plan, first, figures))
         check_card_held(plan, first.memory)
     else:
-        say_and_keep(work, figures, arrived_lines(run, plan.from_bundle, figures))
+        say_and_keep(work, figures, arrived_lines(run, plan, figures))
     if plan.bundle_to is not None:
         say_and_keep(work, figures, bundled_lines(run, plan, figures))
         return [f"figures in {work.root / FIGURES_FILE}", *figures.targets]
@@ -351,6 +351,7 @@ def bundled_lines(run: Work, plan: FullPlan, figures: Figures) -> list[str]:
     began = time.monotonic()
     made = bundle(run.run, plan.bundle_to, plan.part_mib, to=f"{plan.bundle_to} (GPU proof, segment 2)")
     sizes = [part["size"] for part in made.manifest["parts"]]
+    (plan.bundle_to / WEIGHTS_FILE).write_text(json.dumps(weight_hashes(plan.model), indent=2) + "\n")
     figures.bundle = {"step": made.step, "mib": round(sum(sizes) / 2**20, 1), "parts": len(sizes),
                       "seconds": round(time.monotonic() - began, 1), "optimizer_mib": optimizer_mib(run.model_dir)}
     return [f"bundled at step {made.step} into {plan.bundle_to}: {figures.bundle['mib']} MiB in {len(sizes)} part(s) "
@@ -359,10 +360,14 @@ def bundled_lines(run: Work, plan: FullPlan, figures: Figures) -> list[str]:
             f"segment 2: bench/gpu_proof.py --only agent008-14b --from_bundle {plan.bundle_to} (docs/training.md)"]
 
 
-def arrived_lines(run: Work, folder: Path, figures: Figures) -> list[str]:
-    """Segment 2's start: the bundle checked and unbundled into this proof's runs and ART folders."""
+def arrived_lines(run: Work, plan: FullPlan, figures: Figures) -> list[str]:
+    """Segment 2's start: the model checked against segment 1's, the bundle checked and unbundled into
+    this proof's runs and ART folders."""
     from hpc.run.unbundle import unbundle
 
+    folder = plan.from_bundle
+    assert folder is not None
+    check_same_weights(folder, plan.model)
     began = time.monotonic()
     arrived = unbundle(folder, run.runs, str(run.art))
     if arrived.place.model_dir != run.model_dir:
@@ -370,6 +375,31 @@ def arrived_lines(run: Work, folder: Path, figures: Figures) -> list[str]:
     figures.bundle = {"step": arrived.bundle.step, "unbundle_seconds": round(time.monotonic() - began, 1)}
     return [f"unbundled {folder} at step {arrived.bundle.step} in {figures.bundle['unbundle_seconds']} s: "
             f"the resume continues at step {arrived.bundle.step + 1}"]
+
+
+WEIGHTS_FILE = "weights.sha256.json"  # beside a segment's bundle: the made model's shards and their sha256
+
+
+def weight_hashes(model: Path) -> dict[str, str]:
+    """sha256 of each safetensors shard of the made model (29.5 GB at 14B: a minute or two)."""
+    import hashlib
+
+    found = {}
+    for shard in sorted(model.glob("*.safetensors")):
+        digest = hashlib.sha256()
+        with open(shard, "rb") as handle:
+            while chunk := handle.read(64 * 2**20):
+                digest.update(chunk)
+        found[shard.name] = digest.hexdigest()
+    return found
+
+
+def check_same_weights(folder: Path, model: Path) -> None:
+    """Segment 2 trains the LoRA segment 1 trained: only on the same base weights (make-model is seeded)."""
+    if not (folder / WEIGHTS_FILE).exists():
+        raise ProofFailed(f"{folder} has no {WEIGHTS_FILE}: segment 1's model cannot be compared with this one")
+    if json.loads((folder / WEIGHTS_FILE).read_text()) != weight_hashes(model):
+        raise ProofFailed(f"the model made here ({model}) is not the one segment 1 trained on ({WEIGHTS_FILE} differs)")
 
 
 def optimizer_mib(model_dir: Path) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,14 @@ def test_the_full_size_stage_in_two_segments_bundles_after_the_first_and_resumes
     assert "unbundled" in second and "resumed from checkpoint 2" in second and "'email-agent-008@2'" in second
     assert "the run's steps [1, 2]: none lost, none repeated" in second
     assert json.loads((fresh_root / FIGURES_FILE).read_text())["bundle"]["step"] == 2
+
+    other = tmp_path / "other-model"
+    shutil.copytree(model, other)
+    shard = next(other.glob("*.safetensors"))
+    shard.write_bytes(shard.read_bytes()[:-1] + b"\x01")  # made again, but not the same weights
+    (tmp_path / "third").mkdir()
+    (tmp_path / "third" / "data").symlink_to((work.root / "data").resolve())
+    with pytest.raises(ProofFailed, match="not the one segment 1 trained on"):
+        run_full_size(Work(tmp_path / "third", work.judge_url, devices="0"), double_plan(other, from_bundle=bundle),
+                      "NVIDIA H200")
+    assert not (tmp_path / "third" / "runs").exists()  # refused before anything was unbundled
