@@ -81,8 +81,8 @@ class Parked:
 
 def parked(run_dir: RunDir, records: list[Record], active: dict[str, str],
            states: dict[str, str]) -> Optional[Parked]:
-    launch = ledger.latest_launch(records)
-    if launch is None or read_marker(run_dir.read_done) or read_marker(run_dir.read_failed) \
+    launch = ledger.latest_launch(ledger.since_arrival(records))
+    if launch is None or ledger.moved_away(records) is not None or read_marker(run_dir.read_done) or read_marker(run_dir.read_failed) \
             or ledger.cancelled_since_launch(records):
         return None
     if any(job in active for job in ledger.job_ids(records)):
@@ -114,6 +114,8 @@ def run_row(run_dir: RunDir, job: str, state: str, records: list[Record],
         result = f"failed: {failed.get('reason') or '?'}"
     elif ledger.cancelled_since_launch(records):
         result = "cancelled (launch again to resume)"
+    elif moved_text(records):
+        result = moved_text(records)
     elif parked_run is not None:
         result = parked_run.text
     else:
@@ -121,10 +123,21 @@ def run_row(run_dir: RunDir, job: str, state: str, records: list[Record],
     step_text = "-" if step is None else f"{step}/{'?' if total is None else total}"
     reward = progress.get("reward_mean")
     reward_text = f"{reward:.3f}" if isinstance(reward, (int, float)) and not isinstance(reward, bool) else "-"
-    over = done or failed or result.startswith(("cancelled", "PARKED"))
+    over = done or failed or result.startswith(("cancelled", "PARKED", "MOVED"))
     eta = "-" if over else duration(progress.get("eta_seconds"))
     return [run_dir.name, job or "-", state or "-", step_text, checkpoint_text(run_dir), reward_text,
             validation_text(run_dir), eta, gpu_hours_text(account), ledger.continuations(records), result]
+
+
+def moved_text(records: list[Record]) -> str:
+    """A run that moved away (it trains elsewhere), or one that arrived and has not been launched here."""
+    moved = ledger.moved_away(records)
+    if moved is not None:
+        return f"MOVED to {moved.to} at step {moved.step} (python -m hpc.run reclaim takes it back)"
+    arrived = ledger.since_arrival(records)
+    if arrived and isinstance(arrived[0], ledger.MovedIn) and ledger.latest_launch(arrived) is None:
+        return f"MOVED in at step {arrived[0].step} from {arrived[0].source}: launch it here to continue"
+    return ""
 
 
 def gpu_hours_text(account: Optional[accounting.RunAccounting]) -> str:

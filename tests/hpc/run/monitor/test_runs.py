@@ -83,3 +83,24 @@ def test_a_sweeps_runs_are_grouped_after_the_runs_on_their_own(tmp_path):
     assert [(sweep, [v.run_dir.name for v in group]) for sweep, group in groups] == [
         ("", ["alone"]), ("a", ["a.x=1"]), ("b", ["b.seed=1", "b.seed=2"])]
     assert runs.sweep_summary(groups[2][1]) == "2 runs: 1 RUNNING, 1 finished"
+
+
+def test_a_moved_run_shows_where_it_went_and_an_arrived_one_that_it_waits_for_its_launch_here(tmp_path):
+    from tests.doubles.ledger_lines import write_record
+
+    run = RunDir(tmp_path / "r")
+    run.path.mkdir()
+    write_record(run, "submit", job_id="9", cluster="vista", argv=["--job_name", "r"])
+    write_record(run, "moved", to="jureca:/p/runs", step=5, bundle="ab" * 16)
+    records = ledger.read(run)
+    row = runs.run_row(run, "9", "COMPLETED", records, parked_run=runs.parked(run, records, {}, {}))
+    assert row[-1].startswith("MOVED to jureca:/p/runs at step 5") and row[7] == "-"
+
+    arrived = RunDir(tmp_path / "b")
+    arrived.path.mkdir()
+    write_record(arrived, "submit", job_id="9", cluster="vista", argv=["--job_name", "r"])
+    write_record(arrived, "moved_in", source="vista:/w/runs/r", step=5, bundle="ab" * 16)
+    records = ledger.read(arrived)
+    assert runs.parked(arrived, records, {}, {}) is None  # job 9 was vista's
+    row = runs.run_row(arrived, "", "", records)
+    assert row[-1] == "MOVED in at step 5 from vista:/w/runs/r: launch it here to continue"
