@@ -30,13 +30,13 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import socket
 import stat
+import sys
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 from hpc.errors import UsageError
 from hpc.run import ledger, ownership
@@ -135,8 +135,6 @@ class Progress:
         self.done += count
         if self.total >= self.every and self.done - self.said >= self.every:
             self.said = self.done
-            import sys
-
             print(f"{self.label}: {self.done / MIB:.0f} of {self.total / MIB:.0f} MiB", file=sys.stderr, flush=True)
 
 
@@ -147,7 +145,8 @@ def excluded(relative: str) -> bool:
     return any(relative == name or relative.startswith(name + "/") for name in EXCLUDED)
 
 
-def walk(root: Path, prefix: str, skip: Path | None = None, leave_out: Any = None) -> Iterator[Member]:
+def walk(root: Path, prefix: str, skip: Path | None = None,
+         leave_out: Callable[[str], bool] | None = None) -> Iterator[Member]:
     """The regular files below ``root`` (links and other kinds left out: a run's files are plain),
     as ``prefix/relative``, in a stable order; ``skip``: a folder below ``root`` that is not walked."""
     for folder, dirs, files in os.walk(root):
@@ -317,6 +316,8 @@ def manifest_of(run: RunDir, model_dir: Path, bundle_id: str, steps: tuple[int, 
 
 def reclaim(run: RunDir) -> Moved:
     """Take a moved run back here (a ``reclaimed`` record); UsageError when it did not move."""
+    if not run.ledger.exists():
+        raise UsageError(f"no run with a ledger at {run.path}: nothing to reclaim")
     with run.locked():
         moved = ledger.moved_away(ledger.read(run))
         if moved is None:
@@ -324,8 +325,3 @@ def reclaim(run: RunDir) -> Moved:
                              "here): nothing to reclaim")
         ledger.append(run, ledger.Reclaimed(bundle=moved.bundle))
     return moved
-
-
-def remove_bundle(out: Path) -> None:
-    """Used by ``move`` for its own temporary bundle folder only."""
-    shutil.rmtree(out, ignore_errors=True)

@@ -252,3 +252,9 @@ def test_after_a_move_the_jobs_of_the_old_cluster_are_not_this_runs_jobs(world) 
     assert ledger.job_ids(ledger.read(run)) == []  # 101 was vista's job: squeue here must not be asked about it
     write_record(run, "submit", job_id="7", cluster="local")
     assert ledger.job_ids(ledger.read(run)) == ["7"]
+
+
+def test_reclaim_and_bundle_of_a_run_that_is_not_there_write_nothing(tmp_path, capsys) -> None:
+    assert hpc_run("reclaim", "nosuch", "--runs_dir", tmp_path) == 2
+    assert hpc_run("bundle", "nosuch", "--runs_dir", tmp_path, "--out", tmp_path / "out") == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 2 and list(tmp_path.iterdir()) == []
