@@ -35,6 +35,7 @@ from hpc.run.rundir import RunDir, is_run_name, read_json, utc_now, write_json_a
 
 PART_FILE = re.compile(r"(?P<run>.+)\.(?P<bundle>[0-9a-f]{12})\.part(?P<number>\d{4,})")
 HEADER_LIMIT = 4096
+TEMPORARY = ".unbundle-"  # a run being unbundled, before its rename: no run yet (status.sh leaves it out)
 READ_BYTES = 4 * MIB
 
 
@@ -293,7 +294,7 @@ def unbundle(folder: Path, runs_dir: Path, art_path: str | None) -> Arrived:
 def temporary(parent: Path, name: str) -> Iterator[Path]:
     """A new folder in ``parent`` (same filesystem: renamed into place), removed if still there."""
     parent.mkdir(parents=True, exist_ok=True)
-    folder = parent / f".unbundle-{name}-{secrets.token_hex(6)}"
+    folder = parent / f"{TEMPORARY}{name}-{secrets.token_hex(6)}"
     folder.mkdir()
     try:
         yield folder

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hpc.run.rundir import RunDir, SweepDir
+from hpc.run.unbundle import TEMPORARY
 
 
 def is_moved_aside(name: str) -> bool:
@@ -37,7 +38,8 @@ def run_dirs(runs_dir: Path, only: str = "") -> list[RunDir]:
     wanted = set(sweep_runs(runs_dir, only) or [only]) if only else set()
     runs = []
     for path in entries:
-        if only and path.name not in wanted or not only and is_moved_aside(path.name):
+        if only and path.name not in wanted or not only and is_moved_aside(path.name) \
+                or path.name.startswith(TEMPORARY):
             continue
         run_dir = RunDir(path)
         try:

@@ -21,3 +21,12 @@ def test_a_sweeps_name_lists_its_runs(tmp_path):
         write_record(RunDir(tmp_path / name), "submit", job_id="1")
     assert [r.name for r in run_dirs(tmp_path, "sw")] == ["sw.seed=1", "sw.seed=2"]
     assert "sw" not in [r.name for r in run_dirs(tmp_path)]  # the sweep's own folder is no run
+
+
+def test_a_run_being_unbundled_is_not_listed_before_it_is_renamed_into_place(tmp_path):
+    from hpc.run.monitor.rundirs import run_dirs
+
+    for name in ("agent_008", ".unbundle-agent_009-0a1b2c3d4e5f"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "ledger.jsonl").write_text("")
+    assert [run.name for run in run_dirs(tmp_path)] == ["agent_008"]
