@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -84,14 +84,14 @@ def decide(verdict: Verdict, settings: DeclineSettings, decisions: Decisions, mo
         action, reason = STOP, f"{reason}; {settings.max_rollbacks} rollback(s) made already (max_rollbacks)"
     elif action == ROLLBACK and not is_complete(step_dir(model_dir, verdict.best.step)):
         action, reason = STOP, f"{reason}; the best step's checkpoint is gone, so no rollback"
-    common = dict(action=action, step=verdict.latest.step, accuracy=verdict.latest.accuracy,
-                  best_step=verdict.best.step, best_accuracy=verdict.best.accuracy, reason=reason)
+    record = Decline(action=action, step=verdict.latest.step, accuracy=verdict.latest.accuracy,
+                     best_step=verdict.best.step, best_accuracy=verdict.best.accuracy, reason=reason)
     if action == ROLLBACK:
-        return Decline(**common, rollback=len(decisions.rollbacks) + 1, to_step=verdict.latest.step + 1,
+        return replace(record, rollback=len(decisions.rollbacks) + 1, to_step=verdict.latest.step + 1,
                        lr_scale=decisions.lr_scale * settings.lr_scale)
     if action == STOP:
-        return Decline(**common, steps_left=max(total - verdict.latest.step, 0))
-    return Decline(**common)
+        return replace(record, steps_left=max(total - verdict.latest.step, 0))
+    return record
 
 
 def carry_out(run: RunDir, model_dir: Path, record: Decline, say: Say) -> None:

@@ -15,6 +15,7 @@ from hpc.run.ledger import (
     KINDS,
     Cancelled,
     Chain,
+    Decline,
     Done,
     Failed,
     JobEnd,
@@ -49,6 +50,10 @@ EVERY_KIND = [
     Done(time=T, step=628),
     Failed(time=T, reason="2 failed job(s) in a row without progress", log_tail=None),
     Failed(time=T, reason="configuration error (exit 78)", log_tail="/r/logs/r-9.err", error="preflight check failed"),
+    Decline(time=T, action="rollback", step=52, accuracy=0.7033, best_step=20, best_accuracy=0.98, reason="fell",
+            rollback=1, to_step=53, lr_scale=0.5),
+    Decline(time=T, action="stop", step=72, accuracy=0.93, best_step=20, best_accuracy=0.98, reason="fell",
+            steps_left=28),
 ]
 
 
@@ -83,6 +88,10 @@ def test_each_kind_is_written_as_the_documented_line(run: RunDir) -> None:
     assert lines[14] == {"event": "failed", "time": T, "reason": "2 failed job(s) in a row without progress",
                          "log_tail": None}
     assert lines[15]["error"] == "preflight check failed"
+    assert lines[16] == {"event": "decline", "time": T, "action": "rollback", "step": 52, "accuracy": 0.7033,
+                         "best_step": 20, "best_accuracy": 0.98, "reason": "fell", "rollback": 1, "to_step": 53,
+                         "lr_scale": 0.5}
+    assert "rollback" not in lines[17] and lines[17]["steps_left"] == 28
 
 
 def test_every_kind_reads_back_as_it_was_written(run: RunDir) -> None:
@@ -90,7 +99,7 @@ def test_every_kind_reads_back_as_it_was_written(run: RunDir) -> None:
         ledger.append(run, record)
     assert ledger.read(run) == EVERY_KIND
     assert set(KINDS) == {"submit", "chain", "job_start", "job_end", "requeue", "successor", "resubmit", "cancelled",
-                          "done", "failed"}
+                          "done", "failed", "decline"}
 
 
 def test_a_ledger_written_line_by_line_as_runs_on_clusters_have_it_reads_typed(run: RunDir) -> None:
