@@ -1,4 +1,4 @@
-"""In-job side: tell the user's webhook that a run is done, failed, stalled or collapsed.
+"""In-job side: tell the user's webhook that a run is done, failed, stalled, collapsed or declining.
 
 ``HPC_WEBHOOK_URL`` (in ``.env`` or ``--env``; a secret, because such URLs carry
 their token: hpc/launcher/envfiles.py keeps names containing WEBHOOK in the run's 0600
@@ -9,7 +9,8 @@ their token: hpc/launcher/envfiles.py keeps names containing WEBHOOK in the run'
 
 ``text`` is what chat webhooks (Slack's incoming webhooks) show. Callers: the
 end hook (hpc/job/continuation.py: done, failed) and the run's watcher
-(hpc/job/watch.py: stalled, collapsed). A notice never fails or delays the job for
+(hpc/job/watch.py: stalled, collapsed) and the decline rule (hpc/job/on_decline.py: declined,
+its detail the action and why). A notice never fails or delays the job for
 long: one attempt, ``HPC_WEBHOOK_TIMEOUT`` seconds (5), every error reported in
 one line on stderr and swallowed. The URL never appears in a message (a URL's
 token is as good as a key).
@@ -31,7 +32,7 @@ from typing import Any, Mapping
 
 from hpc.run.rundir import RunDir, utc_now
 
-EVENTS = ("done", "failed", "stalled", "collapsed")
+EVENTS = ("done", "failed", "stalled", "collapsed", "declined")
 URL_VAR = "HPC_WEBHOOK_URL"
 PROXY_VAR = "HPC_NOTIFY_PROXY"
 TIMEOUT_VAR = "HPC_WEBHOOK_TIMEOUT"

@@ -181,6 +181,7 @@ class RunAccounting:
     restart_gaps: tuple[float, ...]  # seconds from a job run's end to the next one's first step
     step_seconds: float | None  # median of the recent steps
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    saved_steps: int | None = None  # steps the decline rule did not train (done.json's steps_left: hpc/run/decline.py)
 
     @property
     def gpu_hours(self) -> float:
@@ -235,6 +236,12 @@ class RunAccounting:
         if self.finished:
             return 0
         return None if self.total_steps is None else max(0, self.total_steps - self.steps_done)
+
+    @property
+    def saved_gpu_hours(self) -> float | None:
+        """What the steps a decline stop left untrained would have cost: those steps x the all-in GPU-h per step."""
+        per_step = self.gpu_hours_per_step
+        return None if not self.saved_steps or per_step is None else self.saved_steps * per_step
 
     @property
     def projected_gpu_hours(self) -> float | None:
@@ -477,7 +484,7 @@ def account(name: str, files: RunFiles, rows: Iterable[SacctRow], charging: Char
         jobs.append(job_run(row, attempt, ready, known, gpus, share, now))
         previous_end = row.end or previous_end
     return RunAccounting(name, charging, tuple(jobs), *step_totals(files), restart_gaps(jobs),
-                         usual_step_seconds(files.steps), now)
+                         usual_step_seconds(files.steps), now, (files.done or {}).get("steps_left"))
 
 
 def with_stall(known: JobFacts, row: SacctRow, files: RunFiles, now: datetime, settings: Any) -> JobFacts:
@@ -533,6 +540,8 @@ def summary_line(acc: RunAccounting) -> str:
     projected = acc.projected_gpu_hours
     if projected is not None and not acc.finished:
         parts.append(f"~{hours(projected)} GPU-h to finish")
+    if acc.saved_gpu_hours is not None:
+        parts.append(f"~{hours(acc.saved_gpu_hours)} GPU-h saved (declined: {acc.saved_steps} steps not trained)")
     return f"{acc.run}: " + ", ".join(parts)
 
 
@@ -567,6 +576,8 @@ def totals_rows(acc: RunAccounting) -> list[tuple[str, str]]:
         ("a step (median of recent)", f"{span(acc.step_seconds)}, {hours(acc.step_gpu_hours)} GPU-h"),
         ("GPU-h per step, all in", hours(acc.gpu_hours_per_step)),
         ("projected GPU-h to finish", hours(acc.projected_gpu_hours)),
+        *([("saved by the decline rule", f"~{hours(acc.saved_gpu_hours)} GPU-h ({acc.saved_steps} steps not trained)")]
+          if acc.saved_gpu_hours is not None else []),
     ]
 
 

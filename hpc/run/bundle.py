@@ -40,7 +40,8 @@ from typing import IO, Any, Callable, Iterator
 
 from hpc.errors import UsageError
 from hpc.run import ledger, ownership
-from hpc.run.checkpoints import CHECKPOINTS, best_step, is_complete, latest_complete, list_checkpoints
+from hpc.run.best import NoBest, best_checkpoint
+from hpc.run.checkpoints import CHECKPOINTS, latest_complete
 from hpc.run.ledger import Moved
 from hpc.run.rundir import RunDir, utc_now, write_json_atomic
 
@@ -168,11 +169,10 @@ def kept_steps(run: RunDir, model_dir: Path) -> tuple[int, int | None]:
     if latest is None:
         raise UsageError(f"run {run.name} has no complete checkpoint in {model_dir / CHECKPOINTS}: "
                          "nothing to continue from (launch it here first)")
-    best = best_step(run.read_validations())
-    found = {c.step: c for c in list_checkpoints(model_dir)}
-    if best is None or best not in found or not is_complete(found[best].path):
-        best = None
-    return latest.step, best
+    try:
+        return latest.step, best_checkpoint(run, model_dir).step
+    except NoBest:
+        return latest.step, None
 
 
 def model_members(model_dir: Path, steps: set[int]) -> Iterator[Member]:

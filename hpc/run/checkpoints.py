@@ -28,7 +28,6 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 log = logging.getLogger("hpc.run.checkpoints")
 
@@ -141,15 +140,6 @@ def latest_complete(model_dir: Path) -> Checkpoint | None:
         if is_complete(checkpoint.path):
             return checkpoint
     return None
-
-
-def best_step(validations: list[dict[str, Any]]) -> int | None:
-    """The validated step with the highest accuracy (then reward, then the later step): the
-    checkpoint pruning keeps and a bundle carries (``validation.jsonl``'s records)."""
-    if not validations:
-        return None
-    best = max(validations, key=lambda v: (v["accuracy"], v.get("reward_mean", 0.0), v["step"]))
-    return int(best["step"])
 
 
 def incomplete_newer(model_dir: Path) -> list[Checkpoint]:

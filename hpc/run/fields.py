@@ -87,7 +87,9 @@ def optional(kind: Kind) -> tuple[Kind, bool]:
 
 PROGRESS: Fields = {"step": optional(WHOLE), "total_steps": optional(WHOLE), "reward_mean": optional(NUMBER),
                     "eta_seconds": optional(NUMBER)}
-DONE: Fields = {"final_step": optional(WHOLE), "total_steps": optional(WHOLE)}
+DONE: Fields = {"final_step": optional(WHOLE), "total_steps": optional(WHOLE), "best_step": optional(WHOLE),
+                "best_accuracy": optional(FRACTION), "last_step": optional(WHOLE),
+                "last_accuracy": optional(FRACTION), "reason": optional(TEXT), "steps_left": optional(WHOLE)}
 FAILED: Fields = {"reason": optional(TEXT), "error": optional(TEXT), "log_tail": optional(TEXT)}
 MODEL: Fields = {"model_dir": required(TEXT)}
 STEP: Fields = {"step": required(WHOLE), "ended": required(MOMENT), "started": optional(MOMENT),

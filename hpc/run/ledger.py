@@ -2,7 +2,7 @@
 
 Each kind of event is one frozen dataclass with its fields (docs/design.md, "Ledger records"):
 ``Submit``, ``Chain``, ``JobStart``, ``JobEnd``, ``Requeue``, ``Successor``, ``Resubmit``,
-``Cancelled``, ``Done``, ``Failed``, ``Moved``, ``MovedIn``, ``Reclaimed``. ``append`` writes one as the JSON
+``Cancelled``, ``Done``, ``Failed``, ``Moved``, ``MovedIn``, ``Reclaimed``, ``Decline``. ``append`` writes one as the JSON
 line runs on clusters already have (``event`` and ``time`` first; a field listed in a kind's ``OMITTED`` only when
 set); ``read`` gives them back typed, oldest first. Lines are read as every record of a run
 directory is (hpc/run/rundir.py, hpc/run/fields.py), with the fields of their event's class: a
@@ -209,9 +209,30 @@ class Reclaimed(Record):
     bundle: str = ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class Decline(Record):
+    """The trainer found the run declining at the validation of ``step`` (hpc/run/decline.py) and
+    chose ``action`` (``continue`` | ``stop`` | ``rollback``). A rollback continues from ``to_step``,
+    a copy of ``best_step``'s checkpoint, with every later step's learning rate x ``lr_scale``; it is
+    the run's ``rollback``-th. A stop leaves ``steps_left`` untrained. The next job reads these back."""
+
+    EVENT = "decline"
+    OMITTED = frozenset({"rollback", "to_step", "lr_scale", "steps_left"})
+    action: str = ""
+    step: int = 0
+    accuracy: float = 0.0
+    best_step: int = 0
+    best_accuracy: float = 0.0
+    reason: str = ""
+    rollback: int | None = None
+    to_step: int | None = None
+    lr_scale: float | None = None
+    steps_left: int | None = None
+
+
 KINDS: dict[str, type[Record]] = {kind.EVENT: kind for kind in (
     Submit, Chain, JobStart, JobEnd, Requeue, Successor, Resubmit, Cancelled, Done, Failed, Moved, MovedIn,
-    Reclaimed)}
+    Reclaimed, Decline)}
 R = TypeVar("R", bound=Record)
 
 
@@ -229,7 +250,7 @@ def to_json(record: Record) -> dict[str, Any]:
 JOB_ID = Kind(lambda value: kinds.JOB.accepts(value) and value != "", "a job id")
 TEXTS = Kind(lambda value: isinstance(value, list) and all(isinstance(v, str) for v in value), "a list of text")
 BY_NAME = {"time": kinds.MOMENT, "job_id": JOB_ID}
-BY_TYPE = {str: kinds.TEXT, int: kinds.WHOLE}
+BY_TYPE = {str: kinds.TEXT, int: kinds.WHOLE, float: kinds.NUMBER}
 EVENT: Fields = {"event": kinds.required(kinds.TEXT)}
 
 

@@ -34,6 +34,8 @@ from typing import Any, Callable
 from hpc.errors import UsageError
 from hpc.run import fields as kinds
 from hpc.run import ledger
+from hpc.run.best import best_and_last, best_of
+from hpc.run.decline import Decisions
 from hpc.run.ledger import JobStart
 from hpc.run.rundir import OutsideRun, RunDir, read_json
 
@@ -93,9 +95,10 @@ def model_bars(run: RunDir) -> tuple[list[Bar], str | None]:
         key = max(by_key, key=lambda k: len(by_key[k]), default=None)
     bars = []
     if validations:
-        best = max(validations, key=lambda v: (v["accuracy"], v["step"]))
-        bars.append(Bar(f"{run.name} best (step {best['step']})", best["accuracy"], "run"))
-        if validations[-1]["step"] != best["step"]:
+        best = best_of(validations)
+        assert best is not None
+        bars.append(Bar(f"{run.name}@best (step {best.step})", best.accuracy, "run"))
+        if validations[-1]["step"] != best.step:
             bars.append(Bar(f"{run.name} latest (step {validations[-1]['step']})", validations[-1]["accuracy"], "run"))
     same_questions = by_key.get(key, []) if key is not None else []
     bars += [Bar(s["model"], s["accuracy"], "evaluation") for s in same_questions]
@@ -265,7 +268,8 @@ def write_report(run: RunDir) -> Path:
     else:
         run.remove(out / "training.png")
         lines += ["## Training", "", "No training step with a reward recorded yet.", ""]
-    lines += ["## Validation", "", *validation_table(run), ""]
+    lines += ["## Validation", "", *best_line(run), *validation_table(run), ""]
+    lines += ["## Objective and the decline rule", "", *objective_section(run), ""]
     lines += ["## Models on the same questions", "", *models_section(run, out), ""]
     for module in SECTION_MODULES:
         importlib.import_module(module)
@@ -276,6 +280,38 @@ def write_report(run: RunDir) -> Path:
     return report
 
 
+def best_line(run: RunDir) -> list[str]:
+    """The best validated step (``run:NAME@best``) beside the last."""
+    found = best_and_last(run)
+    if not found:
+        return []
+    return [f"Best: step {found['best_step']} ({percent(found['best_accuracy'])}), `run:{run.name}@best`; "
+            f"last: step {found['last_step']} ({percent(found['last_accuracy'])}).", ""]
+
+
+STABILISERS = ("kl_penalty_coef", "kl_penalty_reference_step", "kl_penalty_source", "epsilon", "epsilon_high")
+
+
+def objective_section(run: RunDir) -> list[str]:
+    """The learning rate each step passed (first, last, lowest, highest: steps.jsonl), the stabilisers set,
+    and every decision of the decline rule (the ledger's decline records)."""
+    steps = [s for s in run.read_steps() if is_number(s.get("learning_rate"))]
+    lines = []
+    if steps:
+        rates = [s["learning_rate"] for s in steps]
+        lines.append(f"Learning rate passed: {rates[0]:.3g} at step {steps[0]['step']}, {rates[-1]:.3g} at step "
+                     f"{steps[-1]['step']} (from {min(rates):.3g} to {max(rates):.3g}).")
+        set_ = {name: steps[-1][name] for name in STABILISERS if name in steps[-1]}
+        lines.append("Stabilisers: " + (", ".join(f"{k} {v}" for k, v in set_.items()) or "ART's defaults") + ".")
+    decisions = Decisions.read(run).records
+    rows = [[d.step, d.action, f"step {d.best_step} ({percent(d.best_accuracy)})", percent(d.accuracy),
+             d.to_step if d.to_step is not None else "-", "-" if d.lr_scale is None else f"x{d.lr_scale:g}",
+             d.steps_left if d.steps_left is not None else "-", d.reason] for d in decisions]
+    head = ["step", "action", "best", "accuracy", "continued as", "lr scale", "steps left", "why"]
+    lines += ["", *(table(rows, head) if rows else ["The run has not declined (hpc/run/decline.py)."])]
+    return lines or ["No step recorded its learning rate yet."]
+
+
 def progress_line(run: RunDir) -> list[str]:
     """``Step 12 of 300; in progress.`` (``of`` only where the total is known)."""
     progress, done = run.read_progress() or {}, run.read_done()
@@ -283,7 +319,9 @@ def progress_line(run: RunDir) -> list[str]:
     total = (done or {}).get("total_steps") or progress.get("total_steps")
     if step is None:
         return []
-    return [f"Step {step}{f' of {total}' if total is not None else ''}; {'finished' if done else 'in progress'}.", ""]
+    why = f" ({done['reason']})" if done and done.get("reason") else ""
+    return [f"Step {step}{f' of {total}' if total is not None else ''}; {'finished' if done else 'in progress'}{why}.",
+            ""]
 
 
 def unreadable_section(run: RunDir) -> list[str]:

@@ -24,7 +24,7 @@ Layout of ``<runs_dir>/<job_name>/``::
     serve/                  a serve job's address.json (where it listens), token (0600), vllm.log
     sweep_member.json       the sweep this run belongs to and its values (hpc/launcher/sweeps.py)
     judge/                  an in-job judge's vllm.log and address (sbatch/_judge_server.sh.j2)
-    done.json               written once when all training steps are finished
+    done.json               written once when all training steps are finished (or the decline rule stopped the run)
     failed.json             written when the run is given up (crash guard): reason, log, the error line
     .lock                   flock target serialising launches and ledger appends
 
@@ -341,8 +341,11 @@ class RunDir:
     def read_done(self) -> dict[str, Any] | None:
         return self.read_object(self.done_file, kinds.DONE)
 
-    def mark_done(self, final_step: int, total_steps: int | None = None) -> None:
-        self.write_json(self.done_file, {"final_step": final_step, "total_steps": total_steps, "time": utc_now()})
+    def mark_done(self, final_step: int, total_steps: int | None = None, **details: Any) -> None:
+        """``details``: the best and last validated steps (hpc/run/best.py), a decline's ``reason``
+        and ``steps_left`` (hpc/job/on_decline.py)."""
+        self.write_json(self.done_file, {"final_step": final_step, "total_steps": total_steps, **details,
+                                         "time": utc_now()})
 
     def read_failed(self) -> dict[str, Any] | None:
         return self.read_object(self.failed_file, kinds.FAILED)

@@ -6,6 +6,8 @@ saves a LoRA checkpoint per step in ART's LocalBackend layout.
         [stop_at_boundary=false|true] [boundary_recent_steps=5] [boundary_safety_factor=1.2]
         [boundary_margin_seconds=30] [startup_seconds=S] [hang_at=K]
         [preflight=CONFIG] [preflight_overrides=KEY=VALUE,KEY=VALUE]
+        [validate_every=K curve=VALIDATION_JSONL] [learning_rate=X] [on_decline=continue|stop|rollback]
+        [decline_points=5] [decline_validations=2] [rollback_lr_scale=0.5] [max_rollbacks=2]
 
 Same argv shape and contract as the real trainer (docs/design.md):
 
@@ -46,6 +48,14 @@ Same argv shape and contract as the real trainer (docs/design.md):
   and exits as the trainer would (78 permanent, 69 transient): real-Slurm tests
   fail a job with the real checks.
 
+- ``validate_every=K curve=PATH`` validates every K steps (and the run's step 0) as the trainer
+  does, with the accuracy a recorded ``validation.jsonl`` (PATH: docs/results' records) gives at the
+  checkpoint's *progress*: each step adds the step's learning rate over ``learning_rate`` (1 before
+  any rollback), and a checkpoint copied forward keeps its source's (adapter_config.json
+  ``progress``), so a rolled-back run climbs the recorded curve again from its best, more slowly;
+  then the trainer's decline rule (hpc/job/on_decline.py, the ``on_decline`` ... keys) acts on it as
+  in the trainer, and ``settle`` runs at the start; steps.jsonl records each step's ``learning_rate``.
+
 Optimizer state: like a trainer's AdamW moments, the double keeps two numbers (m, v), updated
 by every step from a made-up gradient (``optimizer_update``), resumed from the latest
 checkpoint's ``optimizer.safetensors`` (zeros where there is none, as a fresh optimizer) and
@@ -77,7 +87,10 @@ from hpc.job.deadline import (
     startup_durations,
     step_durations,
 )
+from hpc.job.on_decline import after_validation, settle
 from hpc.run.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, latest_complete, quarantine_incomplete, step_dir
+from hpc.run.decline import ROLLBACK, Decisions, DeclineSettings
+from hpc.run.decline import STOP as DECLINE_STOP
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now
 
 STOP: list[str] = []  # the signal that asked us to stop, if any
@@ -104,6 +117,14 @@ class Options:
     boundary_margin_seconds: float = BoundarySettings.margin_seconds
     preflight: str = ""  # a trainer config: run trainer/training/preflight.py's checks for it first
     preflight_overrides: str = ""  # its key=value overrides, comma-separated
+    validate_every: int = 0  # 0: no validation
+    curve: str = ""  # a validation.jsonl whose accuracies the checkpoints score, by their progress
+    learning_rate: float = 1e-5
+    on_decline: str = "continue"
+    decline_points: float = DeclineSettings.points
+    decline_validations: int = DeclineSettings.validations
+    rollback_lr_scale: float = DeclineSettings.lr_scale
+    max_rollbacks: int = DeclineSettings.max_rollbacks
 
     def step_length(self, step: int) -> float:
         """This step's seconds: the same for a step every time it is drawn (redone, or in another run)."""
@@ -113,6 +134,11 @@ class Options:
     @property
     def boundary(self) -> BoundarySettings:
         return BoundarySettings(self.boundary_recent_steps, self.boundary_safety_factor, self.boundary_margin_seconds)
+
+    @property
+    def decline(self) -> DeclineSettings:
+        return DeclineSettings(self.on_decline, self.decline_points, self.decline_validations, False,
+                               self.rollback_lr_scale, self.max_rollbacks)
 
 
 def seconds_range(text: str) -> tuple[float, float]:
@@ -148,7 +174,9 @@ def parse_args(argv: list[str]) -> Options:
     types = {"steps": int, "step_seconds": seconds_range, "crash": str, "crash_at": int, "startup_seconds": float, "hang_at": int, "save_sleep": float,
              "save_sleep_at": int, "rollout_share": float, "seed": int, "stop_at_boundary": on_off,
              "boundary_recent_steps": int, "boundary_safety_factor": float, "boundary_margin_seconds": float,
-             "preflight": str, "preflight_overrides": str}
+             "preflight": str, "preflight_overrides": str, "validate_every": int, "curve": str,
+             "learning_rate": float, "on_decline": str, "decline_points": float, "decline_validations": int,
+             "rollback_lr_scale": float, "max_rollbacks": int}
     try:
         return Options(**{k: types[k](v) for k, v in values.items()})
     except ValueError as error:
@@ -184,11 +212,12 @@ def safetensors_of(tensors: dict[str, tuple[str, list[int], list[float]]], metad
     return struct.pack("<Q", len(encoded)) + encoded + data
 
 
-def save_checkpoint(model_dir: Path, run: RunDir, step: int, opts: Options) -> None:
+def save_checkpoint(model_dir: Path, run: RunDir, step: int, opts: Options, progress: float | None = None) -> None:
     """Write the step's folder in place, like PEFT's save_pretrained (no rename)."""
     folder = step_dir(model_dir, step)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / ADAPTER_CONFIG).write_text(json.dumps({"peft_type": "LORA", "r": 8, "step": step}))
+    progress = float(step) if progress is None else progress
+    (folder / ADAPTER_CONFIG).write_text(json.dumps({"peft_type": "LORA", "r": 8, "step": step, "progress": progress}))
     blob = safetensors_bytes(step)
     with open(folder / ADAPTER_WEIGHTS, "wb") as handle:
         handle.write(blob[: len(blob) // 2])
@@ -288,6 +317,8 @@ def log_step(run: RunDir, step: int, start: float, end: float) -> None:
 
 def train(run: RunDir, model_dir: Path, opts: Options, rule: BoundaryRule) -> int:
     quarantine_incomplete(model_dir)
+    if settle(run, model_dir, say) is not None:  # as the trainer: a run the decline rule stopped
+        return 0
     latest = latest_complete(model_dir)
     start_step = latest.step if latest else 0
     OPTIMIZER[:] = (read_optimizer(latest.path) if latest else None) or [0.0, 0.0]
@@ -302,7 +333,9 @@ def train(run: RunDir, model_dir: Path, opts: Options, rule: BoundaryRule) -> in
     if not start_up(run, model_dir, opts, latest is None):  # a stop during the start-up: nothing trained
         record_stop(run, StopRecord(start_step, "signal"))
         return EXIT_STOPPED_FOR_TIME
-    done = start_step
+    if latest is None and opts.validate_every:
+        validate(run, model_dir, opts, 0)
+    done, scale = start_step, Decisions.read(run).lr_scale
     for step in range(start_step + 1, opts.steps + 1):
         if STOP:
             print(f"step_trainer: stopped ({STOP[0]}) at step {done}", flush=True)
@@ -321,9 +354,13 @@ def train(run: RunDir, model_dir: Path, opts: Options, rule: BoundaryRule) -> in
             say(f"{decision.describe(f'step {step}')}: not starting it; stopping with {done} steps done")
             record_stop(run, StopRecord.boundary(done, decision))
             return EXIT_STOPPED_FOR_TIME
-        if not train_step(run, model_dir, opts, step):
+        if not train_step(run, model_dir, opts, step, scale):
             return EXIT_STOPPED_FOR_TIME
         done = step
+        if opts.validate_every and step % opts.validate_every == 0 and step < opts.steps:
+            exit_code = validate_and_judge(run, model_dir, opts, step)
+            if exit_code is not None:
+                return exit_code
     run.mark_done(done, opts.steps)
     record_stop(run, StopRecord(done, "finished"))
     print(f"step_trainer: finished at step {done}", flush=True)
@@ -343,7 +380,45 @@ def start_up(run: RunDir, model_dir: Path, opts: Options, new_run: bool) -> bool
     return True
 
 
-def train_step(run: RunDir, model_dir: Path, opts: Options, step: int) -> bool:
+def progress_of(model_dir: Path, step: int) -> float:
+    """How far up the recorded curve a checkpoint is (its adapter_config.json; else its step)."""
+    try:
+        return float(json.loads((step_dir(model_dir, step) / ADAPTER_CONFIG).read_text()).get("progress", step))
+    except (OSError, ValueError):
+        return float(step)
+
+
+def curve_accuracy(path: str, progress: float) -> float:
+    """The recorded validations' accuracy at ``progress``, linear between their steps."""
+    records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    points = sorted((int(r["step"]), float(r["accuracy"])) for r in records)
+    if progress <= points[0][0]:
+        return points[0][1]
+    for (s0, a0), (s1, a1) in zip(points, points[1:]):
+        if progress <= s1:
+            return round(a0 + (a1 - a0) * (progress - s0) / (s1 - s0), 4)
+    return points[-1][1]
+
+
+def validate(run: RunDir, model_dir: Path, opts: Options, step: int) -> None:
+    accuracy = curve_accuracy(opts.curve, progress_of(model_dir, step))
+    run.record_validation({"step": step, "accuracy": accuracy, "questions": 300, "seconds": 0.0}, [])
+    say(f"validation at step {step}: accuracy {accuracy:.3f}")
+
+
+def validate_and_judge(run: RunDir, model_dir: Path, opts: Options, step: int) -> int | None:
+    """The validation at ``step`` and the trainer's decline rule on it: the exit code when it ends
+    the job (0: stopped, 75: rolled back), else None."""
+    validate(run, model_dir, opts, step)
+    acted = after_validation(run, model_dir, opts.decline, opts.steps, say)
+    if acted is None or acted.action not in (DECLINE_STOP, ROLLBACK):
+        return None
+    record_stop(run, StopRecord(acted.record.to_step or step, "rollback") if acted.action == ROLLBACK
+                else StopRecord(step, "declined"))
+    return EXIT_STOPPED_FOR_TIME if acted.action == ROLLBACK else 0
+
+
+def train_step(run: RunDir, model_dir: Path, opts: Options, step: int, scale: float = 1.0) -> bool:
     """Rollouts (abandoned on a stop signal: False), then training and the save (never cut short)."""
     seconds = opts.step_length(step)
     began, started_at = time.time(), utc_now()
@@ -356,13 +431,13 @@ def train_step(run: RunDir, model_dir: Path, opts: Options, step: int) -> bool:
     time.sleep(seconds * (1 - opts.rollout_share))  # PEP 475: a signal does not cut training short
     log_step(run, step, began, time.time())
     OPTIMIZER[:] = optimizer_update(OPTIMIZER, step)
-    save_checkpoint(model_dir, run, step, opts)
+    save_checkpoint(model_dir, run, step, opts, progress_of(model_dir, step - 1) + scale)
     save_optimizer(step_dir(model_dir, step), OPTIMIZER)
     mean = sum(opts.step_seconds) / 2
     run.write_progress({"step": step, "total_steps": opts.steps, "seconds_per_step": mean,
                         "eta_seconds": (opts.steps - step) * mean})
     run.append_step({"step": step, "started": started_at, "seconds": round(time.time() - began, 3),
-                     "rollout_seconds": round(rolled - began, 3)})
+                     "rollout_seconds": round(rolled - began, 3), "learning_rate": opts.learning_rate * scale})
     print(f"step_trainer: step {step} done", flush=True)
     return True
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc.run import fields as kinds
+from hpc.run.best import NoBest, best_checkpoint
 from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints
 from hpc.run.rundir import (
     RUN_NAME_ACCEPTED,
@@ -152,11 +153,18 @@ def already_done(results: Results, judge_model: str, force: bool) -> dict[str, A
 
 
 def checkpoint_steps(plan: EvalPlan, spec: PolicySpec) -> list[tuple[int, Path]]:
-    """(step, adapter folder) for ``run:NAME@STEP|latest|all``: complete checkpoints only."""
-    record = RunDir(plan.runs_dir / spec.name).read_model_record()
+    """(step, adapter folder) for ``run:NAME@STEP|latest|best|all``: complete checkpoints only."""
+    run = RunDir(plan.runs_dir / spec.name)
+    record = run.read_model_record()
     if record is None:
         raise EvalError(f"run {spec.name} has no model.json under {plan.runs_dir}: not a launched run")
     model_dir = Path(record["model_dir"])
+    if spec.step == "best":
+        try:
+            best = best_checkpoint(run, model_dir)
+        except NoBest as error:
+            raise EvalError(str(error)) from None
+        return [(best.step, best.path)]
     complete = [c for c in list_checkpoints(model_dir) if is_complete(c.path)]
     if spec.step == "all":
         chosen = complete

@@ -2,6 +2,7 @@
 
     python -m trainer.ask "When is Ana's second interview?" --inbox vince.kaminski@enron.com --date 2000-06-16
         --run agent_008_serve          # a running service: its address and token from the run directory
+                                       # (it serves what its --model named: run:agent_008@best, say)
         --url http://localhost:8080    # a service (through an ssh -L tunnel, say); --token or $SERVE_TOKEN
         --model openai/o3              # no service: the agent loop once, here, with that model
 

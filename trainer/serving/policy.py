@@ -11,6 +11,7 @@ the same judge. A model is named by one string:
     url:http://host:8000/v1#name       an OpenAI-compatible server, and the model name it serves
     run:agent_008                      that run's latest complete checkpoint
     run:agent_008@30, run:agent_008@all one step, or every complete checkpoint
+    run:agent_008@best                 its best validated step (hpc/run/best.py)
     base:Qwen/Qwen2.5-14B-Instruct     the untrained base model (base: alone = the config's)
 
 A litellm model is wrapped so that its replies come back as the OpenAI SDK's
@@ -34,8 +35,8 @@ if TYPE_CHECKING:
 
 KINDS = ("litellm", "url", "checkpoint", "base")
 _LITELLM = re.compile(r"[A-Za-z0-9_.-]+/\S+")
-_RUN = re.compile(rf"run:(?P<run>{RUN_NAME_RE.pattern})(?:@(?P<step>[0-9]+|all|latest))?")
-ACCEPTED = ("a litellm model (openai/o3), url:BASE_URL#MODEL, run:NAME[@STEP|@all|@latest], "
+_RUN = re.compile(rf"run:(?P<run>{RUN_NAME_RE.pattern})(?:@(?P<step>[0-9]+|all|latest|best))?")
+ACCEPTED = ("a litellm model (openai/o3), url:BASE_URL#MODEL, run:NAME[@STEP|@all|@latest|@best], "
             "or base[:HF_ID]")
 
 
@@ -50,7 +51,7 @@ class PolicySpec:
     kind: str
     name: str  # the litellm model, the served model name, the run name, or the base model id
     base_url: str | None = None
-    step: str | None = None  # checkpoints: a step number, "latest" or "all"
+    step: str | None = None  # checkpoints: a step number, "latest", "best" or "all"
 
     @property
     def label(self) -> str:

@@ -63,7 +63,7 @@ from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import use_bundled_price_table
 from trainer.agent.rollout import AgentConfig, request_messages, rollout
 from trainer.agent.scenarios import Scenario, date_problem
-from trainer.evaluation.eval import EvalPlan, checkpoint_steps, default_runs_dir, slug
+from trainer.evaluation.eval import EvalError, EvalPlan, checkpoint_steps, default_runs_dir, slug
 from trainer.serving.guard import Guard
 from trainer.serving.policy import PolicyError, PolicySpec, base_model_for, open_policy, parse_policy, served_name
 from trainer.serving.vllm_server import ServerSpec, VLLMServer, free_port
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
             agent = Agent(policy, db, config, settings.temperature,
                           {**info, "data_version": data_version(db_path), "config": config.model_name})
             run_service(agent, settings, lambda: announce(run, settings, info["model"]))
-    except (ServeError, PolicyError) as error:
+    except (ServeError, PolicyError, EvalError) as error:  # EvalError: a run's checkpoint it cannot name
         print(f"trainer.serve: error: {error}", file=sys.stderr)
         return 2
     except OutsideRun as error:  # serve/ or one of its files is a link: the run's files stay inside it

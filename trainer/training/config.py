@@ -27,12 +27,17 @@ from hpc import yamlfile
 from hpc.digits import ascii_float, ascii_int
 from hpc.errors import one_line
 from hpc.job.deadline import DEFAULT_SETTINGS as DEFAULT_BOUNDARY
+from hpc.run.decline import ACTIONS as DECLINE_ACTIONS
+from hpc.run.decline import DeclineSettings
 from trainer.agent.proof_reward import PROOF_REWARD, refusal
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 REWARDS = ("judge", "ruler", PROOF_REWARD)  # the last: the GPU proof's, for a made model only (proof_reward.py)
 LOSS_FUNCTIONS = ("ppo", "cispo")  # what ART's LocalBackend.train accepts
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence", "average", "geometric_average")
+KL_REFERENCES = ("base", "initial", "best")  # trainer/training/training_step.py: which adapter ART compares against
+KL_SOURCES = ("current_learner", "sample")  # ART 0.5's kl_penalty_source
+LR_SCHEDULES = ("constant", "warmup", "linear", "cosine")  # trainer/training/schedule.py
 GPU_MODES = ("auto", "shared", "dedicated")
 # vLLM's share of its GPU when the config leaves gpu_memory_utilization null: beside the
 # 4-bit training model (ART's default share), or a GPU of its own.
@@ -78,6 +83,30 @@ class TrainerConfig:
     scale_rewards: bool = True  # [True] advantages divided by the group's reward std (GRPO)
     importance_sampling_level: str = "token"  # ["token"] per-token ratios
     rollout_concurrency: int = 10  # rollouts in flight at once (ART-E: 10)
+    # What keeps RL stable, passed to backend.train each step (ART 0.5's defaults in brackets):
+    kl_penalty_coef: float = 0.0  # [0.0] advantages reduced where tokens diverge from the KL reference
+    kl_penalty_reference: str = "base"  # base (LoRA off) | initial (the run's step 0) | best (validated)
+    kl_penalty_source: str = "current_learner"  # ["current_learner"] whose logprobs meet the reference
+    epsilon: float | None = None  # [ppo 0.2, cispo 1.0] the ratio's lower clip 1 - epsilon
+    epsilon_high: float | None = None  # [epsilon; cispo 4.0] the ratio's upper clip 1 + epsilon_high
+    # The learning rate passed at each step (trainer/training/schedule.py): constant, warmup (a linear
+    # ramp over lr_warmup_steps, then constant), linear or cosine (that ramp, then a decay to
+    # lr_min_ratio x learning_rate at the last step).
+    lr_schedule: str = "constant"
+    lr_warmup_steps: int = 0
+    lr_min_ratio: float = 0.0
+
+    # A run that stops getting better (hpc/run/decline.py): held-out accuracy below the best by more
+    # than decline_points for decline_validations validations in a row (or, with decline_on_collapse,
+    # COLLAPSED and below the best by more than decline_points at a validation). continue: recorded and
+    # told, nothing else; stop: the run ends (done.json says why); rollback: the run continues from
+    # its best checkpoint with the learning rate x rollback_lr_scale, at most max_rollbacks times (then stop).
+    on_decline: str = "continue"
+    decline_points: float = 5.0
+    decline_validations: int = 2
+    decline_on_collapse: bool = True
+    rollback_lr_scale: float = 0.5
+    max_rollbacks: int = 2
 
     # Data
     training_dataset_size: int | None = 2510  # None = every training scenario
@@ -137,6 +166,12 @@ def shuffle_seed(config: "TrainerConfig") -> int | None:
     return config.seed if config.seed is not None else config.training_dataset_seed
 
 
+def decline_settings(config: "TrainerConfig") -> DeclineSettings:
+    """The decline rule of this run (hpc/run/decline.py)."""
+    return DeclineSettings(config.on_decline, config.decline_points, config.decline_validations,
+                           config.decline_on_collapse, config.rollback_lr_scale, config.max_rollbacks)
+
+
 def vllm_share(config: "TrainerConfig", gpu_mode: str) -> float:
     """The vLLM memory share a run uses in ``gpu_mode`` (shared or dedicated)."""
     return config.gpu_memory_utilization or VLLM_SHARE[gpu_mode]
@@ -174,6 +209,19 @@ CHECKS: dict[str, Check] = {
     "loss_fn": (lambda v: v in LOSS_FUNCTIONS, " or ".join(LOSS_FUNCTIONS)),
     "importance_sampling_level": (lambda v: v in IMPORTANCE_SAMPLING_LEVELS, ", ".join(IMPORTANCE_SAMPLING_LEVELS)),
     "rollout_concurrency": _POSITIVE,
+    "kl_penalty_coef": (lambda v: 0 <= v <= 10, "a number from 0 to 10 (0: no KL penalty)"),
+    "kl_penalty_reference": (lambda v: v in KL_REFERENCES, " or ".join(KL_REFERENCES)),
+    "kl_penalty_source": (lambda v: v in KL_SOURCES, " or ".join(KL_SOURCES)),
+    "epsilon": (lambda v: 0 < v <= 1, "a number above 0, at most 1 (the lower clip 1 - epsilon), or null"),
+    "epsilon_high": (lambda v: 0 < v <= 10, "a number above 0, at most 10, or null"),
+    "lr_schedule": (lambda v: v in LR_SCHEDULES, ", ".join(LR_SCHEDULES)),
+    "lr_warmup_steps": _NON_NEGATIVE,
+    "lr_min_ratio": (lambda v: 0 <= v <= 1, "a fraction from 0 to 1"),
+    "on_decline": (lambda v: v in DECLINE_ACTIONS, ", ".join(DECLINE_ACTIONS)),
+    "decline_points": (lambda v: 0 < v <= 100, "accuracy points above 0, at most 100"),
+    "decline_validations": _POSITIVE,
+    "rollback_lr_scale": (lambda v: 0 < v < 1, "a fraction above 0, below 1"),
+    "max_rollbacks": _NON_NEGATIVE,
     "gpu_mode": (lambda v: v in GPU_MODES, " or ".join(GPU_MODES)),
     "max_rollout_exceptions": (lambda v: 0 <= v <= 1, "a fraction from 0 to 1"),
     "preflight_min_free_gb": (lambda v: v >= 0, "a number of GB >= 0"),
@@ -262,10 +310,21 @@ def build_config(values: dict[str, Any], source: str = "config") -> TrainerConfi
     for key, value in coerced.items():
         check_value(key, value)
     config = TrainerConfig(**coerced)
-    refused = refusal(config.reward, config.base_model)
+    refused = refusal(config.reward, config.base_model) or combination_problem(config)
     if refused:
         raise ConfigError(f"{source}: {refused}")
     return config
+
+
+def combination_problem(config: TrainerConfig) -> str | None:
+    """Keys valid alone that do not go together, in one line (or None)."""
+    if config.lr_schedule == "warmup" and config.lr_warmup_steps < 1:
+        return (f"lr_schedule 'warmup' needs lr_warmup_steps >= 1 (got {config.lr_warmup_steps}); "
+                "or lr_schedule constant")
+    if config.kl_penalty_reference != "base" and config.kl_penalty_coef == 0:
+        return (f"kl_penalty_reference {config.kl_penalty_reference!r} has no effect with kl_penalty_coef 0: "
+                "set kl_penalty_coef above 0, or kl_penalty_reference base")
+    return None
 
 
 def check_value(key: str, value: Any) -> None:

@@ -15,19 +15,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc.job.deadline import BoundaryRule, StopRecord, record_stop
+from hpc.job.on_decline import after_validation, settle
+from hpc.run.best import best_and_last, best_of
 from hpc.run.checkpoints import quarantine_incomplete
+from hpc.run.decline import ROLLBACK, STOP, Decisions
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, utc_now
 from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import Judge
 from trainer.agent.scenarios import Scenario, load_scenarios
 from trainer.training.backend import check_models_cached, start_backend
 from trainer.training.boundary import boundary_rule, stop_before_backend, stop_before_step, stop_before_validation
-from trainer.training.config import TrainerConfig, shuffle_seed
+from trainer.training.config import TrainerConfig, decline_settings, shuffle_seed
 from trainer.training.environment import Paths
 from trainer.training.exits import SetupError, StepFailed
 from trainer.training.preflight_checks import data_ready
 from trainer.training.progress import StepClock, StepRecord, record_step, step_stats, total_steps
 from trainer.training.rollouts import Abandoned, Rollouts, gather_step, make_rollouts
+from trainer.training.schedule import learning_rate_at
 from trainer.training.stop_request import StopRequest
 from trainer.training.training_step import Objective, train_and_log
 from trainer.training.validation import Validator, validation_scenarios
@@ -59,6 +63,8 @@ async def train(config: TrainerConfig, paths: Paths, stop: StopRequest) -> int:
         for path in quarantine_incomplete(paths.model_dir):  # before ART picks its step: the largest folder
             log.warning("moved an incomplete checkpoint aside: %s", path)
         log.info("checkpoints checked: %s", paths.model_dir / "checkpoints")
+        if settle(paths.run_dir, paths.model_dir, log.info) is not None:  # the decline rule stopped the run
+            return 0
         boundary = boundary_rule(config)
         log.info("%s", boundary.describe())
         stopped = stop_before_backend(boundary, paths)
@@ -71,7 +77,8 @@ async def train(config: TrainerConfig, paths: Paths, stop: StopRequest) -> int:
             backend, model = await start_backend(config, paths, resources)
             rollouts = make_rollouts(config, paths, db)
             training = Training(model, backend, rollouts, config, paths, stop, boundary,
-                                make_validator(config, paths, db, rollouts))
+                                make_validator(config, paths, db, rollouts),
+                                Decisions.read(paths.run_dir).lr_scale)
             return await train_steps(training, scenarios)
     finally:
         stop.detach()
@@ -100,13 +107,15 @@ def make_validator(config: TrainerConfig, paths: Paths, db: EmailDB, rollouts: R
         return None
     judge = rollouts.judge or Judge.from_env(paths.judge_cache, config.judge_concurrency, config.judge_retries)
     return Validator(paths.run_dir, paths.model_dir, scenarios, db, judge, rollouts.agent, config.eval_steps,
-                     config.eval_concurrency, config.keep_every_steps, config.prune_checkpoints)
+                     config.eval_concurrency, config.keep_every_steps, config.prune_checkpoints,
+                     keep_initial=config.kl_penalty_reference == "initial")
 
 
 @dataclass(frozen=True)
 class Training:
     """What every step of this job uses: the model and its backend, the rollouts, the run's files,
-    the stop request, the stop-at-boundary rule and the validation (None when val_set_size is 0)."""
+    the stop request, the stop-at-boundary rule, the validation (None when val_set_size is 0) and the
+    learning-rate scale the decline rule's rollbacks left (hpc/run/decline.py)."""
 
     model: art.TrainableModel
     backend: Any
@@ -116,10 +125,37 @@ class Training:
     stop: StopRequest
     boundary: BoundaryRule
     validator: Validator | None = None
+    lr_scale: float = 1.0
 
     async def stop_before_step(self, done: int, total: int) -> StopRecord | None:
-        return await stop_before_step(self.validator, self.model, done, total, self.stop, self.boundary,
-                                      self.paths.run_dir)
+        """The validation due first, the decline rule on it, then the stop-at-boundary rule."""
+        stopped = await stop_before_step(self.validator, self.model, done, total, self.stop, self.boundary,
+                                         self.paths.run_dir)
+        return self.declined(done, total) or stopped
+
+    def declined(self, done: int, total: int) -> StopRecord | None:
+        """The decline rule on the validation of checkpoint ``done``, once (a job that stopped before
+        judging it judges it at its start): a stop or a rollback ends this job."""
+        validations = self.paths.run_dir.read_validations()
+        last = Decisions.read(self.paths.run_dir).last
+        if not validations or validations[-1]["step"] != done or (last is not None and last.step >= done):
+            return None
+        acted = after_validation(self.paths.run_dir, self.paths.model_dir, decline_settings(self.config), total,
+                                 log.info)
+        if acted is None or acted.action not in (STOP, ROLLBACK):
+            return None
+        if acted.action == ROLLBACK:
+            return StopRecord(acted.record.to_step or done, "rollback")
+        return StopRecord(done, "declined")
+
+    def objective(self, number: int, total: int) -> Objective:
+        """Step ``number``'s objective: the schedule's rate x the rollbacks' scale, the KL reference."""
+        reference = {"base": None, "initial": 0}.get(self.config.kl_penalty_reference)
+        if self.config.kl_penalty_reference == "best":
+            best = best_of(self.paths.run_dir.read_validations())
+            reference = best.step if best is not None else 0
+        rate = learning_rate_at(self.config, number, total, self.lr_scale)
+        return Objective.from_config(self.config, rate, reference)
 
     async def stop_before_validation(self, done: int, total: int) -> StopRecord | None:
         return await stop_before_validation(self.validator, self.model, done, total, self.stop, self.boundary,
@@ -153,7 +189,7 @@ async def train_steps(training: Training, scenarios: list[Scenario]) -> int:
         trained = await train_batch(training, batch, done, total, clock) if stopped is None else stopped
         if isinstance(trained, StopRecord):
             record_stop(run, trained)
-            return EXIT_STOPPED_FOR_TIME
+            return 0 if trained.reason == "declined" else EXIT_STOPPED_FOR_TIME
         done = trained
         if len(clock.durations) == 1:
             settle_heap()
@@ -161,7 +197,7 @@ async def train_steps(training: Training, scenarios: list[Scenario]) -> int:
     if stopped is not None:
         record_stop(run, stopped)
         return EXIT_STOPPED_FOR_TIME
-    run.mark_done(done, total)
+    run.mark_done(done, total, **best_and_last(run))
     record_stop(run, StopRecord(done, "finished"))
     log.info("training finished: %d of %d steps done", done, total)
     return 0
@@ -185,14 +221,14 @@ async def train_batch(training: Training, batch: DatasetBatch[Scenario], done: i
     stats = step_stats(groups)
     log.info("step %d/%d: training on %d groups (%d trajectories, %d rollout exceptions)",
              number, total, len(groups), stats.trajectories, stats.exceptions)
-    done = await train_and_log(training.model, training.backend, groups,
-                               objective=Objective.from_config(training.config), batch_step=batch.step)
+    objective = training.objective(number, total)
+    done = await train_and_log(training.model, training.backend, groups, objective=objective, batch_step=batch.step)
     if done != number:
         raise StepFailed(f"step {number}: the backend reports step {done} after training; "
                          "checkpoints and data order no longer match")
     clock.add(time.monotonic() - began)
-    record_step(training.paths.run_dir, StepRecord(done, total, batch.epoch, started_at, gathered - began, stats),
-                clock)
+    record_step(training.paths.run_dir, StepRecord(done, total, batch.epoch, started_at, gathered - began, stats,
+                                                    objective.record()), clock)
     return done
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from hpc.run.rundir import RunDir
 from trainer.training.config import TrainerConfig
@@ -92,12 +92,13 @@ class StepRecord:
     started: str  # ISO time (hpc.run.rundir.utc_now)
     rollout_seconds: float  # from its start to its rollouts gathered
     stats: StepStats
+    objective: dict[str, Any] = field(default_factory=dict)  # the rate passed, the stabilisers set (Objective.record)
 
 
 def record_step(run_dir: RunDir, step: StepRecord, clock: StepClock) -> None:
     """progress.json, the step's line of steps.jsonl, and its line in the log (``clock`` has timed it)."""
     write_progress(run_dir, step=step.done, total=step.total, epoch=step.epoch, stats=step.stats, clock=clock)
     run_dir.append_step({"step": step.done, "started": step.started, "seconds": round(clock.durations[-1], 3),
-                         "rollout_seconds": round(step.rollout_seconds, 3), **asdict(step.stats)})
+                         "rollout_seconds": round(step.rollout_seconds, 3), **asdict(step.stats), **step.objective})
     log.info("step %d/%d done in %.0fs: reward %s, accuracy %s, judge failures %d", step.done, step.total,
              clock.durations[-1], step.stats.reward_mean, step.stats.answer_accuracy, step.stats.judge_failures)

@@ -6,7 +6,11 @@ backend trains, logging is ours). Two things here are this project's:
 - **The objective is the config's.** ART 0.5 defaults to the "cispo" loss;
   ART-E trained with the PPO-style clipped objective. Every knob that changes
   the result (loss function, reward scaling, importance-sampling level) is a
-  config key and is passed explicitly, so a run says what it optimised.
+  config key and is passed explicitly, so a run says what it optimised; so are
+  the stabilisers where the config sets them (a KL penalty and its reference
+  adapter, the ratio's clip epsilons: left out at ART's defaults, so a backend
+  a site plugs in is asked nothing new), and the step's learning rate
+  (trainer/training/schedule.py: the schedule, times the rollbacks' scale).
 - **A step that trained nothing fails.** ART skips the update and copies the
   checkpoint forward when no trajectory is trainable. That is right when every
   group's rewards are equal (no advantage: GRPO has nothing to learn), and
@@ -47,14 +51,35 @@ class Objective:
     loss_fn: str
     scale_rewards: bool
     importance_sampling_level: str
+    kl_penalty_coef: float = 0.0
+    kl_penalty_reference_step: int | None = None  # None: the base model (LoRA off), ART's default
+    kl_penalty_source: str = "current_learner"
+    epsilon: float | None = None
+    epsilon_high: float | None = None
 
     @classmethod
-    def from_config(cls, config: "TrainerConfig") -> "Objective":
-        return cls(config.learning_rate, config.loss_fn, config.scale_rewards, config.importance_sampling_level)
+    def from_config(cls, config: "TrainerConfig", learning_rate: float | None = None,
+                    kl_reference_step: int | None = None) -> "Objective":
+        """The config's objective; ``learning_rate``: this step's (the schedule's), else the config's."""
+        return cls(config.learning_rate if learning_rate is None else learning_rate, config.loss_fn,
+                   config.scale_rewards, config.importance_sampling_level, config.kl_penalty_coef,
+                   kl_reference_step, config.kl_penalty_source, config.epsilon, config.epsilon_high)
 
     def train_kwargs(self) -> dict[str, Any]:
-        return {"learning_rate": self.learning_rate, "loss_fn": self.loss_fn,
-                "scale_rewards": self.scale_rewards, "importance_sampling_level": self.importance_sampling_level}
+        kwargs: dict[str, Any] = {"learning_rate": self.learning_rate, "loss_fn": self.loss_fn,
+                                  "scale_rewards": self.scale_rewards,
+                                  "importance_sampling_level": self.importance_sampling_level}
+        if self.kl_penalty_coef > 0:
+            kwargs.update(kl_penalty_coef=self.kl_penalty_coef, kl_penalty_reference_step=self.kl_penalty_reference_step,
+                          kl_penalty_source=self.kl_penalty_source)
+        kwargs.update({name: value for name, value in (("epsilon", self.epsilon), ("epsilon_high", self.epsilon_high))
+                       if value is not None})
+        return kwargs
+
+    def record(self) -> dict[str, Any]:
+        """What steps.jsonl records of it: the rate passed, and the stabilisers set."""
+        return {"learning_rate": self.learning_rate,
+                **{k: v for k, v in self.train_kwargs().items() if k.startswith(("kl_", "epsilon"))}}
 
 
 async def train_and_log(

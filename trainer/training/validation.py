@@ -18,8 +18,9 @@ due validation only if one that long ends before the job's stop signal (hpc/job/
 
 After each validation the run prunes its checkpoints as ART-E did with ART's
 ``delete_checkpoints``: it keeps the latest complete one (where a job resumes),
-the best by validation accuracy, and every ``keep_every_steps``-th; it deletes
-only in its own model folder (``hpc.run.ownership``).
+the best by validation accuracy (hpc/run/best.py: what ``run:NAME@best`` names and
+a rollback returns to), every ``keep_every_steps``-th, and step 0 when it is the KL
+penalty's reference; it deletes only in its own model folder (``hpc.run.ownership``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc.run import ownership
-from hpc.run.checkpoints import best_step, list_checkpoints, prune
+from hpc.run.best import best_of
+from hpc.run.checkpoints import list_checkpoints, prune
 from hpc.run.rundir import RunDir
 from trainer.agent.scenarios import load_scenarios
 from trainer.evaluation.engine import evaluate, inbox_domain, records, split_key, summarize
@@ -59,6 +61,12 @@ def is_due(step: int, every: int, total: int) -> bool:
     return step % every == 0 or step == total
 
 
+def best_step(validations: list[dict[str, Any]]) -> int | None:
+    """The validated step with the highest accuracy (then reward, then the later step)."""
+    best = best_of(validations)
+    return None if best is None else best.step
+
+
 @dataclass
 class Validator:
     """Everything a validation needs, set up once per job."""
@@ -73,6 +81,7 @@ class Validator:
     concurrency: int
     keep_every: int
     prune: bool
+    keep_initial: bool = False  # step 0: the KL penalty's reference (kl_penalty_reference initial)
 
     def due(self, step: int, total: int) -> bool:
         done = {int(v["step"]) for v in self.run.read_validations()}
@@ -105,7 +114,7 @@ class Validator:
         if not self.prune or not self.owns_model_dir():
             return []
         best = best_step(self.run.read_validations())
-        keep = {best} if best is not None else set()
+        keep = ({best} if best is not None else set()) | ({0} if self.keep_initial else set())
         removed = prune(self.model_dir, keep | self.every_nth())
         if removed:
             log.info("pruned checkpoints %s (kept the latest, the best: %s, every %s)",

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.run import accounting, ledger
+from hpc.run.best import best_of, last_of
 from hpc.run.checkpoints import latest_complete
+from hpc.run.decline import Decisions
 from hpc.run.health import Flag, HealthSettings, SettingError
 from hpc.run.health import check as health_check
 from hpc.run.ledger import JobStart, Record, Submit
@@ -60,9 +62,9 @@ def validation_text(run_dir: RunDir) -> str:
     validations = run_dir.read_validations()
     if not validations:
         return "-"
-    latest = validations[-1]
-    best = max(validations, key=lambda v: (v.get("accuracy", 0), v.get("step", 0)))
-    return f"{100 * latest['accuracy']:.0f}%@{latest['step']} best@{best['step']}"
+    latest, best = last_of(validations), best_of(validations)
+    assert latest is not None and best is not None
+    return f"{100 * latest.accuracy:.0f}%@{latest.step} best {100 * best.accuracy:.0f}%@{best.step}"
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ def run_row(run_dir: RunDir, job: str, state: str, records: list[Record],
     done, failed = read_marker(run_dir.read_done), read_marker(run_dir.read_failed)
     step, total = progress.get("step"), progress.get("total_steps")
     if done:
-        result = "finished"
+        result = f"finished ({done['reason']})" if done.get("reason") else "finished"
         step = done.get("final_step", step)
         total = done.get("total_steps") or total
     elif failed:
@@ -119,7 +121,8 @@ def run_row(run_dir: RunDir, job: str, state: str, records: list[Record],
     elif parked_run is not None:
         result = parked_run.text
     else:
-        result = "; ".join(flag.message for flag in flags) or "-"
+        said = [flag.message for flag in flags] + [Decisions.of(records).summary()]
+        result = "; ".join(filter(None, said)) or "-"
     step_text = "-" if step is None else f"{step}/{'?' if total is None else total}"
     reward = progress.get("reward_mean")
     reward_text = f"{reward:.3f}" if isinstance(reward, (int, float)) and not isinstance(reward, bool) else "-"

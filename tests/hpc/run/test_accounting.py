@@ -213,6 +213,22 @@ def test_a_finished_run_has_nothing_left_to_pay(fake):
     assert "to finish" not in accounting.summary_line(acc)
 
 
+def test_a_run_the_decline_rule_stopped_shows_the_gpu_hours_its_untrained_steps_would_have_cost(fake):
+    fake.event(0, "submit", job_id="5", cluster="local").event(1, "job_start", job_id="5", step=0)
+    fake.step(1, "5", 10, 20).stop(22, "5", "declined").event(23, "job_end", job_id="5", outcome="finished")
+    files = fake.files(total=10)
+    run = RunDir(fake.path)
+    run.mark_done(1, 10, reason="declined: held-out accuracy fell", steps_left=9)
+    files = RunFiles.read(run)
+    acc = account("r", files, [row("5", "COMPLETED", 0, 1, 25)], GRES, now=t(99))
+    assert acc.finished and acc.saved_steps == 9
+    assert acc.saved_gpu_hours == pytest.approx(9 * acc.gpu_hours_per_step)
+    assert f"~{accounting.hours(acc.saved_gpu_hours)} GPU-h saved (declined: 9 steps not trained)" in (
+        accounting.summary_line(acc))
+    assert ("saved by the decline rule", f"~{accounting.hours(acc.saved_gpu_hours)} GPU-h (9 steps not trained)") in (
+        accounting.totals_rows(acc))
+
+
 def test_a_crash_or_a_job_without_its_end_hook_loses_the_step_in_flight(fake):
     fake.event(0, "submit", job_id="8", cluster="local").event(1, "job_start", job_id="8", step=0)
     fake.step(1, "8", 5, 15).event(30, "job_end", job_id="8", outcome="failed")

@@ -15,6 +15,7 @@ from hpc.run.ledger import (
     KINDS,
     Cancelled,
     Chain,
+    Decline,
     Done,
     Failed,
     JobEnd,
@@ -55,6 +56,10 @@ EVERY_KIND = [
     Moved(time=T, to="jureca:/p/runs", step=5, bundle="ab" * 16),
     MovedIn(time=T, source="vista:/w/runs/r", step=5, bundle="ab" * 16),
     Reclaimed(time=T, bundle="ab" * 16),
+    Decline(time=T, action="rollback", step=52, accuracy=0.7033, best_step=20, best_accuracy=0.98, reason="fell",
+            rollback=1, to_step=53, lr_scale=0.5),
+    Decline(time=T, action="stop", step=72, accuracy=0.93, best_step=20, best_accuracy=0.98, reason="fell",
+            steps_left=28),
 ]
 
 
@@ -92,6 +97,10 @@ def test_each_kind_is_written_as_the_documented_line(run: RunDir) -> None:
     assert lines[16] == {"event": "moved", "time": T, "to": "jureca:/p/runs", "step": 5, "bundle": "ab" * 16}
     assert lines[17] == {"event": "moved_in", "time": T, "source": "vista:/w/runs/r", "step": 5, "bundle": "ab" * 16}
     assert lines[18] == {"event": "reclaimed", "time": T, "bundle": "ab" * 16}
+    assert lines[19] == {"event": "decline", "time": T, "action": "rollback", "step": 52, "accuracy": 0.7033,
+                         "best_step": 20, "best_accuracy": 0.98, "reason": "fell", "rollback": 1, "to_step": 53,
+                         "lr_scale": 0.5}
+    assert "rollback" not in lines[20] and lines[20]["steps_left"] == 28
 
 
 def test_every_kind_reads_back_as_it_was_written(run: RunDir) -> None:
@@ -99,7 +108,7 @@ def test_every_kind_reads_back_as_it_was_written(run: RunDir) -> None:
         ledger.append(run, record)
     assert ledger.read(run) == EVERY_KIND
     assert set(KINDS) == {"submit", "chain", "job_start", "job_end", "requeue", "successor", "resubmit", "cancelled",
-                          "done", "failed", "moved", "moved_in", "reclaimed"}
+                          "done", "failed", "moved", "moved_in", "reclaimed", "decline"}
 
 
 def test_a_ledger_written_line_by_line_as_runs_on_clusters_have_it_reads_typed(run: RunDir) -> None:

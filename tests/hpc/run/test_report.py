@@ -167,6 +167,26 @@ def test_a_run_without_rewards_or_evaluations_gets_no_empty_pictures(tmp_path: P
     assert not (run.report_dir / "training.png").exists() and not (run.report_dir / "models.png").exists()
 
 
+def test_the_report_gives_the_best_beside_the_last_the_rates_passed_and_the_decline_rules_decisions(
+        tmp_path: Path) -> None:
+    from hpc.run.ledger import Decline
+
+    run = RunDir(tmp_path / "r")
+    write_record(run, "submit", job_id="5", cluster="local")
+    for step, rate in ((1, 1e-4), (2, 1e-4), (3, 5e-5)):
+        run.append_step({"step": step, "reward_mean": 0.1, "learning_rate": rate, "kl_penalty_coef": 0.05})
+    for step, accuracy in ((0, 0.4), (1, 0.9), (2, 0.6)):
+        run.record_validation({"step": step, "accuracy": accuracy}, [])
+    ledger.append(run, Decline(action="rollback", step=2, accuracy=0.6, best_step=1, best_accuracy=0.9,
+                               reason="held-out accuracy fell", rollback=1, to_step=3, lr_scale=0.5))
+    assert report_main([str(run.path)]) == 0
+    markdown = (run.report_dir / "report.md").read_text()
+    assert "Best: step 1 (90.0%), `run:r@best`; last: step 2 (60.0%)." in markdown
+    assert "Learning rate passed: 0.0001 at step 1, 5e-05 at step 3 (from 5e-05 to 0.0001)." in markdown
+    assert "Stabilisers: kl_penalty_coef 0.05." in markdown
+    assert "| 2 | rollback | step 1 (90.0%) | 60.0% | 3 | x0.5 | - | held-out accuracy fell |" in markdown
+
+
 def test_a_run_with_rewards_but_no_validation_draws_the_reward_panel_alone(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "r")
     for step in (1, 2, 3):

@@ -217,3 +217,34 @@ def test_a_question_set_names_its_inboxes_domain_only_when_they_share_one(art_e_
                                                           .splitlines())]
     assert inbox_domain(enron) == "enron.com" and inbox_domain(synth) == synthetic_inbox.DOMAIN == "mail.synth"
     assert inbox_domain(enron[:1] + synth[:1]) is None
+
+
+def launched_run(tmp_path: Path, steps: tuple[int, ...], validations: tuple[tuple[int, float], ...]) -> RunDir:
+    run = RunDir(tmp_path / "runs" / "agent_008")
+    model = tmp_path / "art" / "email_agent" / "models" / "agent_008"
+    run.path.mkdir(parents=True)
+    ownership.claim(run, model)
+    for step in steps:
+        save_adapter(ck.step_dir(model, step), step)
+    for step, accuracy in validations:
+        run.record_validation({"step": step, "accuracy": accuracy}, [])
+    return run
+
+
+def test_at_best_evaluates_the_runs_best_validated_checkpoint_alone(endpoint, fake_vllm, tmp_path) -> None:
+    run = launched_run(tmp_path, (0, 30, 60), ((0, 0.4), (30, 0.9), (60, 0.5)))
+    assert eval_main(["--model", "run:agent_008@best", "--config", "smoke"]) == 0
+    assert [p.name for p in run.evaluations_dir.glob("test-4-*/*")] == ["agent_008@30"]
+
+
+@pytest.mark.parametrize("steps, validations, fragment", [
+    ((0, 30), (), "run agent_008 has no validation, so it has no best checkpoint"),
+    ((0, 60), ((0, 0.4), (30, 0.9), (60, 0.5)), "run agent_008's best checkpoint, step 30 (90.0%), is gone"),
+])
+def test_at_best_without_validation_or_with_the_best_pruned_is_one_line_exit_2(
+        endpoint, fake_vllm, tmp_path, capsys, steps, validations, fragment) -> None:
+    launched_run(tmp_path, steps, validations)
+    assert eval_main(["--model", "run:agent_008@best", "--config", "smoke"]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.strip().splitlines()) == 1
+    assert not endpoint.requests

@@ -67,3 +67,14 @@ def test_a_model_without_its_key_is_one_line_exit_1_and_no_network(listener, art
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr and "is not set" in done.stderr
     assert done.stdout == ""
     assert listener.connections == 0, "the command reached for the network"
+
+
+def test_at_best_names_a_checkpoint_which_ask_refuses_in_one_line_without_a_server(capsys) -> None:
+    from trainer.serving.policy import parse_policy
+
+    spec = parse_policy("run:agent_008@best")
+    assert (spec.kind, spec.name, spec.step, spec.label) == ("checkpoint", "agent_008", "best", "agent_008@best")
+    assert ask_main(["q", "--inbox", INBOX, "--date", "2000-03-28", "--model", "run:agent_008@best",
+                     "--config", "smoke"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "agent_008@best: a checkpoint model needs vLLM serving it" in err

@@ -261,3 +261,19 @@ def test_ask_reaches_a_running_service_by_its_run_directory(model, tmp_path, art
 def test_ask_says_why_a_service_refused(service: str, capsys) -> None:
     assert ask_main(["q", "--inbox", "nobody@x.org", "--date", "2000-03-28", "--url", service]) == 2
     assert "404: unknown inbox 'nobody@x.org'" in capsys.readouterr().err
+
+
+def test_serving_at_best_of_a_run_without_validation_is_one_line_exit_2(art_e_data_dir: Path, tmp_path: Path) -> None:
+    from hpc.run import ownership
+    from hpc.run.rundir import RunDir
+
+    run = RunDir(tmp_path / "runs" / "trained")
+    run.path.mkdir(parents=True)
+    ownership.claim(run, tmp_path / "art" / "models" / "trained")
+    env = {**os.environ, "DATA_DIR": str(art_e_data_dir), "PYTHONPATH": str(REPO), "RUNS_DIR": str(tmp_path / "runs")}
+    done = subprocess.run([sys.executable, "-m", "trainer.serve", "--config", "smoke", "--model", "run:trained@best",
+                           "--run_dir", str(tmp_path / "serving")], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "run trained has no validation, so it has no best checkpoint" in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

@@ -794,3 +794,60 @@ def test_a_run_moved_after_step_1_trains_the_next_batches_of_the_same_data_order
     assert moved.trained == [1, 2], "the new place trains from step 1's checkpoint on: no step again"
     assert trained_scenario_ids(run) + trained_scenario_ids(moved) == batch_scenario_ids(art_e_data_dir)
     assert moved.run_dir.read_done()["final_step"] == TOTAL and run.run_dir.read_done() is None
+
+
+# -- what keeps it stable, and the decline rule's decisions ---------------------------------------
+
+
+def test_the_scheduled_rate_and_the_kl_penalty_reach_the_backend_and_steps_record_them(run: Run) -> None:
+    overrides = [*OVERRIDES, "learning_rate=1e-4", "lr_schedule=linear", "kl_penalty_coef=0.1",
+                 "kl_penalty_reference=initial", "epsilon=0.2"]
+    assert train_in_process(overrides=overrides) == 0
+    records = read_train_log(run.art_path)
+    rates = [r["learning_rate"] for r in records]
+    assert rates[0] == pytest.approx(1e-4) and rates == sorted(rates, reverse=True) and rates[-1] > 0
+    assert {(r["objective"]["kl_penalty_coef"], r["objective"]["kl_penalty_reference_step"], r["objective"]["epsilon"])
+            for r in records} == {(0.1, 0, 0.2)}
+    steps = run.run_dir.read_steps()
+    assert [s["learning_rate"] for s in steps] == rates and steps[0]["kl_penalty_coef"] == 0.1
+
+
+def record_rollback(run: Run, to_step: int) -> None:
+    """What a job killed between its rollback decision and the copy leaves: the ledger's record."""
+    from hpc.run import ledger
+    from hpc.run.ledger import Decline
+
+    run.run_dir.path.mkdir(parents=True, exist_ok=True)
+    run.run_dir.record_validation({"step": 0, "accuracy": 0.9}, [])
+    run.run_dir.record_validation({"step": to_step - 1, "accuracy": 0.2}, [])
+    ledger.append(run.run_dir, Decline(action="rollback", step=to_step - 1, accuracy=0.2, best_step=0,
+                                       best_accuracy=0.9, reason="r", rollback=1, to_step=to_step, lr_scale=0.5))
+
+
+def test_a_job_restarted_mid_rollback_copies_the_best_forward_and_trains_on_at_the_scaled_rate(run: Run) -> None:
+    precreate_checkpoints(run, range(0, 2))  # the run declined at step 1; its best is step 0
+    record_rollback(run, to_step=2)
+
+    assert train_in_process(overrides=[*OVERRIDES, "learning_rate=1e-4"]) == 0
+
+    assert run.trained == [2], "resumed from the copy, step 2"
+    assert (step_dir(run.model_dir, 2) / "adapter_model.safetensors").read_bytes() == (
+        step_dir(run.model_dir, 0) / "adapter_model.safetensors").read_bytes()
+    assert [r["learning_rate"] for r in read_train_log(run.art_path)] == [pytest.approx(5e-5)]
+    assert run.steps_on_disk() == [0, 1, 2, 3], "nothing deleted"
+
+
+def test_a_run_the_decline_rule_stopped_starts_no_backend_and_is_marked_done(run: Run) -> None:
+    from hpc.run import ledger
+    from hpc.run.ledger import Decline
+
+    precreate_checkpoints(run, range(0, 2))
+    run.run_dir.path.mkdir(parents=True, exist_ok=True)
+    ledger.append(run.run_dir, Decline(action="stop", step=1, accuracy=0.2, best_step=0, best_accuracy=0.9,
+                                       reason="held-out accuracy fell", steps_left=2))
+
+    assert train_in_process() == 0
+
+    assert run.trained == [] and read_calls(run.art_path) == []
+    done = run.run_dir.read_done()
+    assert (done["final_step"], done["steps_left"], done["reason"]) == (1, 2, "declined: held-out accuracy fell")

@@ -62,12 +62,27 @@ def test_unreadable_markers_and_torn_ledgers_do_not_break_a_row(tmp_path):
     assert row == ["r", "9", "RUNNING", "-", "-", "-", "-", "-", "-", 1, "-"]
 
 
-def test_the_validation_column_shows_the_latest_accuracy_and_the_best_step(tmp_path):
+def test_the_validation_column_shows_the_latest_and_the_best_accuracy_with_their_steps(tmp_path):
     run = RunDir(tmp_path / "r")
     for step, accuracy in ((0, 0.4), (30, 0.9), (60, 0.85)):
         run.record_validation({"step": step, "accuracy": accuracy}, [])
-    assert runs.validation_text(run) == "85%@60 best@30"
+    assert runs.validation_text(run) == "85%@60 best 90%@30"
     assert runs.validation_text(RunDir(tmp_path / "none")) == "-"
+
+
+def test_the_result_column_shows_the_decline_rules_last_decision_and_a_declined_finish(tmp_path):
+    from hpc.run.ledger import Decline
+
+    run = RunDir(tmp_path / "r")
+    run.path.mkdir()
+    ledger.append(run, Decline(action="rollback", step=52, accuracy=0.7, best_step=20, best_accuracy=0.98,
+                               reason="held-out accuracy fell", rollback=1, to_step=53, lr_scale=0.5))
+    row = runs.run_row(run, "9", "RUNNING", ledger.readable(run))
+    assert row[-1] == ("ROLLED BACK at step 52 to step 20 as step 53, lr x0.5 (rollback 1): "
+                       "held-out accuracy fell")
+    run.mark_done(72, 100, reason="declined: held-out accuracy fell", steps_left=28)
+    assert runs.run_row(run, "9", "COMPLETED", ledger.readable(run))[-1] == (
+        "finished (declined: held-out accuracy fell)")
 
 
 def test_a_sweeps_runs_are_grouped_after_the_runs_on_their_own(tmp_path):
