@@ -35,7 +35,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hpc.run import fields as kinds
 from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints
@@ -163,7 +163,7 @@ def checkpoint_steps(plan: EvalPlan, spec: PolicySpec) -> list[tuple[int, Path]]
     elif spec.step == "latest":
         chosen = [c for c in [latest_complete(model_dir)] if c is not None]
     else:
-        chosen = [c for c in complete if c.step == int(spec.step)]
+        chosen = [c for c in complete if c.step == int(cast(str, spec.step))]  # a checkpoint spec has its step
     if not chosen:
         have = ", ".join(str(c.step) for c in complete) or "none"
         raise EvalError(f"run {spec.name} has no complete checkpoint for @{spec.step} (complete: {have})")
