@@ -73,7 +73,7 @@ def tell(run: RunDir, event: str, detail: str = "", env: Mapping[str, str] = os.
         return False
     try:
         return send(notice(run, event, detail, env), url, env.get(PROXY_VAR) or None, timeout_of(env))
-    except Exception as err:  # a notice must never fail the job
+    except Exception as err:  # noqa: BLE001 - a notice must never fail the job
         say(f"could not tell the webhook about {event}: {reason(err, url)}")
         return False
 
@@ -91,7 +91,7 @@ def send(item: Notice, url: str, proxy: str | None, timeout: float) -> bool:
     body = asdict(item)
     try:
         status = post(url, body, proxy, timeout)
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - as above: a notice must never fail the job
         say(f"the webhook was not told that {item.run} {item.event}: {reason(err, url)}")
         return False
     ok = 200 <= status < 300

@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     except OutsideRun as error:  # a link where results go: a run's files stay inside it
         print(f"trainer.eval: error: {error.filename}: {error.strerror}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except Exception as error:  # noqa: BLE001 - e.g. the data or vLLM: one line, the log has the rest
+    except Exception as error:  # e.g. the data or vLLM: one line, the log has the rest
         if not isinstance(error, (SourceError, ServerError, OSError)):
             raise
         print(f"trainer.eval: error: {error}", file=sys.stderr)

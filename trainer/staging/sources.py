@@ -85,7 +85,7 @@ def _hub_parts(source: Source) -> list[Part]:
     datasets = _import_datasets()
     try:
         loaded = datasets.load_dataset(source.text)
-    except Exception as error:  # offline, missing, private...: all end in the same advice
+    except Exception as error:  # noqa: BLE001 - offline, missing, private...: all end in the same advice
         raise SourceError(_hub_failure(source.text, error)) from None
     return [_dataset_part(split, dataset) for split, dataset in loaded.items()]
 
@@ -180,7 +180,7 @@ def _file_part(path: Path, split: str | None) -> Part:
 
         try:
             meta = pq.ParquetFile(path)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - pyarrow's errors for a bad file are of many kinds
             raise SourceError(f"source {path}: not a readable parquet file ({error})") from None
         return Part(split, lambda: _parquet_rows(path), tuple(meta.schema_arrow.names), meta.metadata.num_rows)
     return Part(split, lambda: _jsonl_rows(path), _jsonl_columns(path), None)
