@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from hpc.run.checkpoints import model_dir as art_model_dir
-from hpc.run.rundir import EXIT_CONFIG_ERROR
+from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_UNAVAILABLE
 from trainer.staging.data import default_data_dir
 from trainer.training.config import ConfigError, TrainerConfig, load_config
 from trainer.training.preflight_checks import (
@@ -78,7 +78,6 @@ from trainer.training.preflight_services import check_judge, check_wandb
 log = logging.getLogger("trainer.preflight")
 
 REPO_DIR = Path(__file__).resolve().parents[2]
-EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: a transient preflight failure; job control retries (--max_failures)
 WHERE = ("job", "login")
 
 
