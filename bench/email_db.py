@@ -378,7 +378,7 @@ def child(kind: str, dataset_dir: Path, db_path: Path) -> None:
     """Run one build in this (fresh) process and print its figures as JSON."""
     build = baseline_build if kind == "baseline" else ours_build
     if kind == "baseline":
-        import datasets  # noqa: F401  (imported before the clock starts, like ours imports its modules)
+        import datasets  # imported before the clock starts, like ours imports its modules
 
         datasets.disable_progress_bars()
     else:

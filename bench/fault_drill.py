@@ -203,7 +203,7 @@ def follow(d: Drill, runs_dir: Path, timeout: float) -> None:
                 sample_status(d)
             time.sleep(SAMPLE_EVERY)
         wait_until(lambda: not rg.ACTIVE & rg.queue_states(all_job_ids(d.run)), 120, "the queue to empty")
-    except Exception as err:  # reported in the table
+    except Exception as err:  # noqa: BLE001 - reported in the table
         d.error = f"{type(err).__name__}: {err}"
     finally:
         d.done.set()

@@ -4,8 +4,12 @@
 
 Both are measured in the same run on the same interpreter, so the ratio says
 how much the launcher adds to a bare Python start. Target: dry run under
-0.3 s median, and none of art, litellm, datasets, torch imported (checked
-here too, and asserted by tests/hpc/launcher/test_launch.py).
+250 ms median, and none of art, litellm, datasets, torch imported (checked
+here too, and asserted by tests/hpc/launcher/test_launch.py). The first, untimed
+run of each command writes what a user's first run writes (the modules' .pyc
+files, the templates' compiled code: hpc/launcher/template_cache.py), with
+PYTHONDONTWRITEBYTECODE left out of its environment: with it set in the shell, a
+checkout no run had compiled would compile every module on each timed run.
 
 Then a real launch (a submission, to an ``sbatch`` stand-in on PATH that prints
 a job id) with the login-side preflight before the queue (hpc/launcher/queue_preflight.py:
@@ -39,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 HEAVY = ("art", "litellm", "datasets", "torch", "vllm", "ray")
+TARGET = 0.25  # seconds: the dry run's median
 
 from tests.doubles.openai_server import OpenAIServer, text  # noqa: E402 (the repository on sys.path first)
 from tests.doubles.provider_api import ProviderAPI  # noqa: E402
@@ -50,14 +55,15 @@ LAUNCHES = {"no_preflight": "none", "compatible": "OpenAI-compatible judge (JUDG
 TARGETED = ("compatible", "default")  # the judges asked over plain HTTP: each must add < 1 s
 
 
-def timed(command: list[str]) -> float:
+def timed(command: list[str], env: dict[str, str] | None = None) -> float:
     start = time.perf_counter()
-    subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(command, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
 def median_time(command: list[str], runs: int) -> float:
-    timed(command)  # warm the page cache and .pyc files
+    first_run = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    timed(command, first_run)  # warm the page cache; write the .pyc files and the templates' code, as a first run does
     return statistics.median(timed(command) for _ in range(runs))
 
 
@@ -160,7 +166,7 @@ def main() -> int:
     print(f"python -m hpc.launch --dry_run: median {launcher * 1000:7.1f} ms over {args.runs} runs")
     print(f"ratio launcher / bare python: {launcher / baseline:.1f}x")
     print(f"added by the launcher:        {(launcher - baseline) * 1000:.1f} ms")
-    print(f"target (< 300 ms median):     {'met' if launcher < 0.3 else 'NOT met'}")
+    print(f"target (< 250 ms median):     {'met' if launcher < TARGET else 'NOT met'}")
     print(f"heavy modules imported:       {', '.join(heavy) if heavy else 'none'}")
     with tempfile.TemporaryDirectory() as work:
         medians = submit_medians(Path(work), args.submit_runs)
@@ -171,7 +177,7 @@ def main() -> int:
         target = f"; target (adds < 1000 ms): {'met' if seconds < 1 else 'NOT met'}" if kind in TARGETED else ""
         print(f"with the preflight, {LAUNCHES[kind]}: median {medians[kind] * 1000:7.1f} ms, "
               f"adds {seconds * 1000:.1f} ms ({medians[kind] / unchecked:.1f}x){target}")
-    return 0 if launcher < 0.3 and not heavy and all(added[kind] < 1 for kind in TARGETED) else 1
+    return 0 if launcher < TARGET and not heavy and all(added[kind] < 1 for kind in TARGETED) else 1
 
 
 if __name__ == "__main__":

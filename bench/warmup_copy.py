@@ -32,9 +32,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trainer.agent.scenarios import load_scenarios  # noqa: E402
-from trainer.staging.first_calls import CONTEXTS, FirstCall, first_calls  # noqa: E402
-from trainer.staging.warmup import train as warmup_train  # noqa: E402
+from trainer.agent.scenarios import load_scenarios
+from trainer.staging.first_calls import CONTEXTS, FirstCall, first_calls
+from trainer.staging.warmup import train as warmup_train
 
 
 def calls(tokenizer: Any, data_dir: Path, split: str, limit: int | None, context: str = "none") -> list[FirstCall]:

@@ -41,8 +41,13 @@ SERIAL_GROUP = "local-slurm"
 SERIAL_FILES = ("tests/hpc/job/test_ray_cluster.py",)
 
 
+def needs_slurm(item: pytest.Item) -> bool:
+    """Marked ``slurm``, or asking for the ``slurm`` fixture (the gate): either way it needs the local Slurm."""
+    return item.get_closest_marker("slurm") is not None or "slurm" in getattr(item, "fixturenames", ())
+
+
 def runs_in_series(item: pytest.Item) -> bool:
-    return item.get_closest_marker("slurm") is not None or item.nodeid.startswith(SERIAL_FILES)
+    return needs_slurm(item) or item.nodeid.startswith(SERIAL_FILES)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group into each test's id
@@ -50,7 +55,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The tests that use the one local Slurm share its two nodes, so under pytest-xdist (pyproject's
     ``-n 2 --dist loadgroup``) they run one after another on one worker, and first: they take longest
     (~16 of the suite's 27 minutes, mostly Slurm's own clocks: time limits, node timeouts, requeue
-    holds), while the other worker runs everything else beside them (~11 minutes)."""
+    holds), while the other worker runs everything else beside them (~11 minutes). A test asking for the
+    ``slurm`` fixture is marked ``slurm`` too, so ``pytest -m "not slurm"`` runs the quick rest alone."""
+    for item in items:
+        if needs_slurm(item) and item.get_closest_marker("slurm") is None:
+            item.add_marker(pytest.mark.slurm)  # so that `-m "not slurm"` leaves out every test of the local Slurm
     serial = [item for item in items if runs_in_series(item)]
     for item in serial:
         item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))

@@ -38,12 +38,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Mapping, Sequence
 
+from hpc.job.workload_env import HPC_JOB_END_TIME, HPC_SIGNAL_GRACE
 from hpc.run.rundir import RunDir
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
 
-END_TIME_ENV = "HPC_JOB_END_TIME"  # epoch seconds; wins over Slurm (outside Slurm, tests)
-GRACE_ENV = "HPC_SIGNAL_GRACE"  # the job's --signal_grace, exported by sbatch/_job_control.sh.j2
+END_TIME_ENV = HPC_JOB_END_TIME  # epoch seconds; wins over Slurm (outside Slurm, tests)
+GRACE_ENV = HPC_SIGNAL_GRACE  # the job's --signal_grace, exported by sbatch/_job_control.sh.j2
 END_TIME_MAX_AGE = 30.0  # seconds a value read from Slurm is trusted before it is read again
 # declined: the decline rule stopped the run; rollback: it copied the best checkpoint forward and the
 # next job starts from it (hpc/job/on_decline.py)

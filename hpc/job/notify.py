@@ -30,12 +30,13 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from hpc.job.workload_env import HPC_CLUSTER, HPC_NOTIFY_PROXY, HPC_WEBHOOK_TIMEOUT, HPC_WEBHOOK_URL
 from hpc.run.rundir import RunDir, utc_now
 
 EVENTS = ("done", "failed", "stalled", "collapsed", "declined")
-URL_VAR = "HPC_WEBHOOK_URL"
-PROXY_VAR = "HPC_NOTIFY_PROXY"
-TIMEOUT_VAR = "HPC_WEBHOOK_TIMEOUT"
+URL_VAR = HPC_WEBHOOK_URL
+PROXY_VAR = HPC_NOTIFY_PROXY
+TIMEOUT_VAR = HPC_WEBHOOK_TIMEOUT
 DEFAULT_TIMEOUT = 5.0
 
 
@@ -60,7 +61,7 @@ def notice(run: RunDir, event: str, detail: str, env: Mapping[str, str] = os.env
     done = run.read_done() or {}
     step = done.get("final_step", progress.get("step"))
     total = done.get("total_steps") or progress.get("total_steps")
-    job, cluster = env.get("SLURM_JOB_ID"), env.get("HPC_CLUSTER")
+    job, cluster = env.get("SLURM_JOB_ID"), env.get(HPC_CLUSTER)
     where = " ".join(filter(None, [f"job {job}" if job else "", f"on {cluster}" if cluster else ""]))
     at = f" at step {step}/{total if total is not None else '?'}" if step is not None else ""
     text = f"{run.name}: {event}{at}" + (f" ({where})" if where else "") + (f": {detail}" if detail else "")
@@ -74,7 +75,7 @@ def tell(run: RunDir, event: str, detail: str = "", env: Mapping[str, str] = os.
         return False
     try:
         return send(notice(run, event, detail, env), url, env.get(PROXY_VAR) or None, timeout_of(env))
-    except Exception as err:  # a notice must never fail the job
+    except Exception as err:  # noqa: BLE001 - a notice must never fail the job
         say(f"could not tell the webhook about {event}: {reason(err, url)}")
         return False
 
@@ -92,7 +93,7 @@ def send(item: Notice, url: str, proxy: str | None, timeout: float) -> bool:
     body = asdict(item)
     try:
         status = post(url, body, proxy, timeout)
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - as above: a notice must never fail the job
         say(f"the webhook was not told that {item.run} {item.event}: {reason(err, url)}")
         return False
     ok = 200 <= status < 300

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc.errors import UsageError
-from hpc.job.ray_cluster import highest_port
 from hpc.job.workload_env import Job, job_env, launch_names
 from hpc.launcher.clusters import Cluster, Detection
 from hpc.launcher.envfiles import EnvLayer, MergedEnv, parse_env_flags, read_dotenv, resolve_one
@@ -218,6 +217,8 @@ def check_ray_port(port: int, num_nodes: int) -> int:
     block per node (hpc/job/ray_cluster.py), which must be valid ports too."""
     if num_nodes < 2:
         return check_range("--ray_port", port, 1024, 65535)
+    from hpc.job.ray_cluster import highest_port  # a multi-node job's only: the job side's module is not light
+
     span = highest_port(0, num_nodes)
     return check_range("--ray_port", port, 1024, 65535 - span,
                        f" (a {num_nodes}-node Ray cluster also uses the ports up to --ray_port + {span})")

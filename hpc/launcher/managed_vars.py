@@ -7,45 +7,20 @@ uses another, and a user's HPC_CLEANUP or HPC_WORKLOAD_ENV would run as commands
 here is refused with one line saying who sets it. The names are those the templates in sbatch/
 assign or export and those hpc/launcher computes (tests/hpc/launcher/test_managed_vars.py
 reads the templates to keep this list whole); HPC_* is the launcher's namespace, open to users
-only for the settings in USER_SETTINGS. The project's own dotenv/ files set none of these.
+only for the settings in USER_SETTINGS. The project's own dotenv/ files set none of these. The job
+script's own names (JOB_STATE) and the users' (USER_SETTINGS) are defined in hpc/job/workload_env.py.
 """
 
 from __future__ import annotations
 
 from hpc.errors import UsageError
-from hpc.job.workload_env import VARIABLES, Variable
+from hpc.job.workload_env import JOB_STATE, USER_SETTINGS, VARIABLES, Variable
 from hpc.launcher.envfiles import EnvLayer
 
-_LOOP = "job control's own state in the job script"
-_PACK = "set by a pack job, for each run it runs"
-_TUNNEL = "set by the job's SSH tunnel block"
-_RAY = "set by the job's Ray cluster block (multi-node jobs)"
-_JUDGE = "set by the served judge's block (--judge_serve)"
 # Where a workload variable's value comes from when a user's layer gives it (hpc/job/workload_env.py's
 # sources): those stay the users'. NO_PROXY is the users' too: the job adds its hosts to theirs.
 USER_SOURCES = ("dotenv", "secrets.env")
 USER_EXTENDED = ("NO_PROXY",)
-# name -> who sets it: the job script's own state, beside the workload's variables (below)
-JOB_STATE = {
-    "HPC_JOB_SCRIPT": "set by the launcher (the job script's own path)",
-    "HPC_JUDGE_SERVED": "set by the launcher's preflight (--judge_serve)",
-    "HPC_WORKLOAD_ENV": _LOOP, "HPC_CLEANUP": _LOOP, "HPC_STOP_SIGNAL": _LOOP, "HPC_WORKLOAD_PID": _LOOP,
-    "HPC_WATCHDOG_PID": _LOOP, "HPC_CONT_ARGS": _LOOP, "HPC_LOG_ERR": _LOOP, "HPC_RELAY_PID": _LOOP,
-    "HPC_WATCH_PID": _LOOP,
-    "HPC_PACK_MEMBERS": _PACK, "HPC_PACK_PIDS": _PACK,
-    "HPC_JUDGE_DIR": _JUDGE, "HPC_JUDGE_PID": _JUDGE, "HPC_JUDGE_DEVICES": _JUDGE,
-    "HPC_TUNNEL_HOST": _TUNNEL, "HPC_TUNNEL_PORT": _TUNNEL, "HPC_TUNNEL_TIMEOUT": _TUNNEL,
-    "HPC_TUNNEL_SSH_OPTS": _TUNNEL, "HPC_TUNNEL_PID": _TUNNEL,
-    "HPC_RAY_NODES": _RAY, "HPC_RAY_PORT": _RAY, "HPC_RAY_TEMP_ROOT": _RAY, "HPC_RAY_TEMP_DIR": _RAY,
-    "HPC_RAY_STEPS": _RAY, "HPC_RAY_HOSTS": _RAY, "HPC_RAY_HEAD": _RAY, "HPC_RAY_HEAD_IP": _RAY,
-    "HPC_RAY_ADDRESS": _RAY,
-    "HPC_HOSTNAME": "read from the launcher's own environment, not the job's "
-                    "(HPC_HOSTNAME=NAME python -m hpc.launch ... picks the cluster)",
-}
-# The HPC_* names users set (dotenv, .env, --env): each is read with a default where it is used.
-USER_SETTINGS = ("HPC_RAY_JOIN_TIMEOUT", "HPC_RAY_HOST_SUFFIX", "HPC_STOP_TIMEOUT", "HPC_SIGNAL_RELAY",
-                 "HPC_WEBHOOK_URL", "HPC_WEBHOOK_TIMEOUT", "HPC_WATCH_INTERVAL", "HPC_STALL_STARTUP",
-                 "HPC_STALL_MIN", "HPC_STALL_FACTOR", "HPC_COLLAPSE_STEPS", "HPC_COLLAPSE_SPREAD")
 
 
 def set_by_job(variable: Variable) -> bool:

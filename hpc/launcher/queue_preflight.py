@@ -26,10 +26,11 @@ from dataclasses import dataclass
 
 from hpc.job import workload_env
 from hpc.launcher.jobspec import DEFAULT_ENTRYPOINT, REPO_DIR, JobSpec
+from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_UNAVAILABLE
 
 TIMEOUT = 300  # seconds for the whole check (the judge's own timeout is the config's preflight_timeout)
-EXIT_PERMANENT = 78  # trainer/training/preflight.py: a failure the run cannot outgrow
-EXIT_TRANSIENT = 69  # trainer/training/preflight.py: every failure may pass later (network, a busy judge)
+EXIT_PERMANENT = EXIT_CONFIG_ERROR  # trainer/training/preflight.py: a failure the run cannot outgrow
+EXIT_TRANSIENT = EXIT_UNAVAILABLE  # trainer/training/preflight.py: every failure may pass later (network, a busy judge)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 
 from hpc.job.workload_env import offline_env, run_slot_env
+from hpc.launcher.template_cache import template_cache
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "sbatch"
 
@@ -51,6 +52,7 @@ def make_environment(templates_dir: Path = TEMPLATES_DIR) -> jinja2.Environment:
     env.filters["q"] = shell_quote
     env.filters["sbatch"] = sbatch_value
     env.globals.update(offline_env=offline_env, run_slot_env=run_slot_env)  # what a job gives its workload
+    env.bytecode_cache = template_cache(templates_dir, env)  # set last: its key covers the filters
     return env
 
 

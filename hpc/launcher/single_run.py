@@ -48,9 +48,8 @@ from hpc.launcher.network import tunnel_for
 from hpc.launcher.render import render
 from hpc.launcher.sbatch_options import check_sbatch_args
 from hpc.launcher.timelimit import parse_time_limit
-from hpc.run import bundle, init_from, ledger, ownership
+from hpc.run import init_from, ownership
 from hpc.run.checkpoints import latest_complete, model_dir
-from hpc.run.ledger import Chain, Submit
 from hpc.run.rundir import RunDir
 
 if TYPE_CHECKING:
@@ -233,7 +232,9 @@ def move_aside(path: Path) -> Path | None:
 def integrity(spec: JobSpec, restart: bool) -> str:
     """Refuse (UsageError) to train in a model folder that is not this run's; return a note
     for the user (a folder adopted from before ownership records), else ""."""
-    if not restart:
+    if not restart and os.path.lexists(spec.run_dir.ledger):  # a run with no ledger never moved
+        from hpc.run import bundle  # the dry run of a new run does without the ledger's record classes
+
         bundle.refuse_moved(spec.run_dir)  # it trains where it moved to, never in two places
     try:
         if restart and not ownership.can_move_aside(spec.run_dir, spec.model_dir):
@@ -342,6 +343,8 @@ def submit_run(spec: JobSpec, script: str, argv: list[str], restart: bool) -> in
 
 
 def refuse_active(spec: JobSpec) -> None:
+    from hpc.run import ledger  # a submission's only: the dry run does without the ledger's record classes
+
     active = slurm.active_jobs(ledger.job_ids(ledger.read(spec.run_dir)))
     if active:
         listed = ", ".join(f"{job} ({state})" for job, state in active.items())
@@ -372,6 +375,8 @@ def prepare_run(spec: JobSpec, script: str, restart: bool) -> bool:
 
 
 def submit_chain(spec: JobSpec, argv: list[str]) -> list[str]:
+    from hpc.run.ledger import Chain, Submit, append  # a submission's only, as in refuse_active
+
     commit = slurm.git_commit(REPO_DIR)
     job_ids: list[str] = []
     for _ in range(spec.continuation.chain):
@@ -380,7 +385,7 @@ def submit_chain(spec: JobSpec, argv: list[str]) -> list[str]:
         out, err = spec.run_dir.log_paths(job_id)
         common: dict[str, Any] = {"job_id": job_id, "cluster": spec.cluster.name, "script": str(spec.script_path),
                                   "git_commit": commit, "argv": argv, "log_out": str(out), "log_err": str(err)}
-        ledger.append(spec.run_dir, Submit(**common) if after is None else Chain(**common, after=after))
+        append(spec.run_dir, Submit(**common) if after is None else Chain(**common, after=after))
         job_ids.append(job_id)
     return job_ids
 

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from hpc.errors import UsageError
+from hpc.job.workload_env import HPC_RUN_DIR
 from hpc.run.bundle import MIB
 from hpc.run.rundir import RunDir
 
@@ -98,7 +99,7 @@ def launcher_places(name: str, runs_dir: str | None, cluster_name: str | None,
     layers = env_layers(cluster, env_flags)
     outer = outer_env(cluster, name)
     folder = resolve_runs_dir(runs_dir, layers, outer)
-    return folder, resolve_one(layers, {**outer, "HPC_RUN_DIR": str(folder / name)}, "ART_PATH")
+    return folder, resolve_one(layers, {**outer, HPC_RUN_DIR: str(folder / name)}, "ART_PATH")
 
 
 def do_reclaim(args: argparse.Namespace) -> int:

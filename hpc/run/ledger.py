@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import cache
 from typing import Any, ClassVar, TypeVar, get_args, get_origin, get_type_hints
 
 from hpc.run import fields as kinds
@@ -267,13 +268,18 @@ def fields_of(kind: type[Record]) -> Fields:
     return found
 
 
-FIELDS: dict[str, Fields] = {event: fields_of(kind) for event, kind in KINDS.items()}
+@cache
+def event_fields() -> dict[str, Fields]:
+    """Each event's fields, worked out from the record classes' type hints on first use: a launch that
+    reads no ledger (a dry run) does not pay for them."""
+    return {event: fields_of(kind) for event, kind in KINDS.items()}
 
 
 def problem_of(data: dict[str, Any]) -> str | None:
     """Why a ledger line is no record of its event (one line, fields.py's rule), or None; a line of an
     event this code does not know passes here and ``from_json`` leaves it out."""
-    return problem(data, EVENT) or (problem(data, FIELDS[data["event"]]) if data["event"] in FIELDS else None)
+    fields = event_fields()
+    return problem(data, EVENT) or (problem(data, fields[data["event"]]) if data["event"] in fields else None)
 
 
 def from_json(data: Any) -> Record | None:
@@ -281,7 +287,7 @@ def from_json(data: Any) -> Record | None:
     written as a number is its text."""
     if not isinstance(data, dict) or problem_of(data) is not None or data["event"] not in KINDS:
         return None
-    values = {"time": "", **{name: data[name] for name in FIELDS[data["event"]] if name in data}}
+    values = {"time": "", **{name: data[name] for name in event_fields()[data["event"]] if name in data}}
     if "job_id" in values:
         values["job_id"] = str(values["job_id"])
     return KINDS[data["event"]](**values)

@@ -64,6 +64,9 @@ EXIT_STOPPED_FOR_TIME = 75
 # rejected key, a missing package: trainer/training/preflight.py, trainer.train's setup
 # errors): job control gives the run up at once instead of retrying. 78 is EX_CONFIG.
 EXIT_CONFIG_ERROR = 78
+# Exit code for "every failure may pass later" (the trainer's preflight: the network, a busy judge): job
+# control retries, up to --max_failures. 69 is EX_UNAVAILABLE.
+EXIT_UNAVAILABLE = 69
 
 # A run's name: its folder under the runs directory (the launcher's --job_name). Never a '/', never
 # only dots: a name can only ever name one folder inside the runs directory.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.conftest import art_e_data_dir, backend_python  # noqa: F401 - fixtures shared with the trainer tests
+from tests.trainer.conftest import art_e_data_dir, backend_python  # fixtures shared with the trainer tests
 
 NVIDIA_SMI = """#!/usr/bin/env python3
 import json, sys

@@ -247,7 +247,7 @@ def _handler_for(state: _State) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # keep pytest output clean
             return
 
-        def do_GET(self) -> None:  # noqa: N802 - vLLM's /health and /v1/models, for readiness checks
+        def do_GET(self) -> None:  # vLLM's /health and /v1/models, for readiness checks
             path = self.path.split("?")[0]
             if path == "/health":
                 return self._send(200, {})
@@ -257,7 +257,7 @@ def _handler_for(state: _State) -> type[BaseHTTPRequestHandler]:
                 return self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in state.served]})
             return self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_POST(self) -> None:  # http.server's naming
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
             if self.server.closing.is_set():  # the test is over: the script is not called again

@@ -79,7 +79,7 @@ class ProviderAPI:
             def log_message(self, format: str, *args: Any) -> None:  # keep pytest output clean
                 return
 
-            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_POST(self) -> None:  # http.server's naming
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.server.closing.is_set():  # the test is over
                     self.close_connection = True

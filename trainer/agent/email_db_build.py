@@ -290,7 +290,7 @@ class _FullTextBuilder:
                 conn.execute(_INDEX_SEGMENT)
                 conn.execute("DELETE FROM segment_keys")
             conn.execute("DETACH DATABASE src")
-        except BaseException as error:  # reported to the loading thread
+        except BaseException as error:  # noqa: BLE001 - reported to the loading thread
             self._error = error
         finally:
             self._ready.set()

@@ -264,7 +264,7 @@ class Judge:
                 verdict = await self._ask(messages)
             except asyncio.CancelledError:
                 raise
-            except Exception as error:  # any API, network or parse failure is retried
+            except Exception as error:  # noqa: BLE001 - any API, network or parse failure is retried
                 last_error = self._redact(f"{type(error).__name__}: {error}")
                 log.warning("judge attempt %d/%d failed: %s", attempt + 1, self.retries + 1, last_error[:500])
                 continue

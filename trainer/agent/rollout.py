@@ -31,13 +31,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from trainer.agent.reward import Rubric, compute_reward, reward_before_ruler
 from trainer.agent.tools import TOOL_SCHEMAS, EmailTools, FinalAnswer, ToolOutcome
 
 if TYPE_CHECKING:
     import art  # art only where a rollout runs (not at a command's --help)
+    from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
     from openai.types.chat.chat_completion import Choice  # openai's types: only with a transcript
 
     from trainer.agent.email_db import EmailDB
@@ -75,7 +76,7 @@ async def rollout(
             {"role": "system", "content": system_prompt(scenario, config)},
             {"role": "user", "content": scenario.question},
         ],
-        tools=TOOL_SCHEMAS if config.tool_calling else None,
+        tools=cast("list[ChatCompletionFunctionToolParam]", TOOL_SCHEMAS) if config.tool_calling else None,
         reward=0.0,
         metadata={"scenario_id": scenario.id, "inbox": scenario.inbox_address, "split": scenario.split},
     )
@@ -223,7 +224,7 @@ def mark_unparseable_turn(rubric: Rubric, tool_calling: bool) -> None:
         rubric.cant_parse_tool_call = True
 
 
-def tool_result_message(call: RequestedCall, outcome: ToolOutcome) -> dict[str, Any]:
+def tool_result_message(call: RequestedCall, outcome: ToolOutcome) -> ChatCompletionMessageParam:
     """A tool message answering a native call, or a user message carrying a text-mode result."""
     if call.id is not None:
         return {"role": "tool", "tool_call_id": call.id, "content": outcome.content}

@@ -109,7 +109,8 @@ async def evaluate(policy: Any, scenarios: list["Scenario"], *, db: "EmailDB", j
         await asyncio.wait({everything} | ({stopped} if stopped else set()), return_when=asyncio.FIRST_COMPLETED)
         return everything.result() if everything.done() else None
     finally:
-        for task in (*tasks, everything, *([stopped] if stopped else [])):
+        started: list[asyncio.Future[Any]] = [*tasks, everything, *([stopped] if stopped else [])]
+        for task in started:
             task.cancel()
         await asyncio.gather(*tasks, everything, return_exceptions=True)
 

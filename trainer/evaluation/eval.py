@@ -35,7 +35,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hpc.run import fields as kinds
 from hpc.run.best import NoBest, best_checkpoint
@@ -171,7 +171,7 @@ def checkpoint_steps(plan: EvalPlan, spec: PolicySpec) -> list[tuple[int, Path]]
     elif spec.step == "latest":
         chosen = [c for c in [latest_complete(model_dir)] if c is not None]
     else:
-        chosen = [c for c in complete if c.step == int(spec.step)]
+        chosen = [c for c in complete if c.step == int(cast(str, spec.step))]  # a checkpoint spec has its step
     if not chosen:
         have = ", ".join(str(c.step) for c in complete) or "none"
         raise EvalError(f"run {spec.name} has no complete checkpoint for @{spec.step} (complete: {have})")
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     except OutsideRun as error:  # a link where results go: a run's files stay inside it
         print(f"trainer.eval: error: {error.filename}: {error.strerror}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except Exception as error:  # noqa: BLE001 - e.g. the data or vLLM: one line, the log has the rest
+    except Exception as error:  # e.g. the data or vLLM: one line, the log has the rest
         if not isinstance(error, (SourceError, ServerError, OSError)):
             raise
         print(f"trainer.eval: error: {error}", file=sys.stderr)

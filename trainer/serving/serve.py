@@ -53,7 +53,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -191,7 +191,7 @@ def one_line_errors(app: Any) -> None:
 EXPECTED = '(expected JSON {"question", "inbox", "query_date": YYYY-MM-DD})'
 
 
-def one_line_validation_error(errors: list[dict[str, Any]]) -> str:
+def one_line_validation_error(errors: Sequence[Any]) -> str:
     first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
     where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "body"
     return f"{where}: {' '.join(str(first.get('msg', 'invalid')).split())} {EXPECTED}"
@@ -258,7 +258,7 @@ def data_version(db_path: Path) -> str:
 def served_policy(spec: PolicySpec, config: TrainerConfig, run: RunDir,
                   runs_dir: Path) -> Iterator[tuple[Any, dict[str, Any]]]:
     """The policy to ask, with vLLM started on this node for a checkpoint or the base model."""
-    info = {"model": spec.label, "kind": spec.kind, "base_model": config.base_model, "checkpoint_step": None}
+    info: dict[str, Any] = {"model": spec.label, "kind": spec.kind, "base_model": config.base_model, "checkpoint_step": None}
     if spec.kind in ("litellm", "url"):
         yield open_policy(spec), info
         return
@@ -284,9 +284,10 @@ def run_service(agent: Agent, settings: ServeSettings, on_ready: Callable[[], No
 
     server = uvicorn.Server(uvicorn.Config(create_app(agent, settings), host=settings.host, port=settings.port,
                                            log_level="warning", access_log=False, http=fastest("httptools", "auto")))
-    server.install_signal_handlers = lambda: None  # ours below: USR1 (time limit) stops it too
     import_request_path()
     gc.freeze()  # start-up's objects out of every later full collection: those took 50-110 ms
+    # USR1 (the time limit) stops it as TERM and INT do; uvicorn (>=0.29) takes TERM and INT itself while it
+    # serves, to the same effect, and puts these handlers back after
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
     event_loop_runner()(serve_until_stopped(server, on_ready))

@@ -118,7 +118,9 @@ Downloader = Callable[..., str]
 def stage(repos: list[Repo], hub: Path, download: Downloader | None = None) -> list[str]:
     """Download every repository not yet cached into ``hub``; return one line per repository."""
     if download is None:
-        from huggingface_hub import snapshot_download as download  # only when a model is staged
+        from huggingface_hub import snapshot_download  # only when a model is staged
+
+        download = snapshot_download
     lines = []
     for repo in repos:
         if is_cached(repo.repo_id, hub):

@@ -81,7 +81,7 @@ class TorchValues:
         return memoryview(values.contiguous().view(torch.int16).numpy()).cast("B")
 
 
-def value_source(seed: int, prefer_torch: bool = True) -> Callable[[str, Shape], bytes | memoryview]:
+def value_source(seed: int, prefer_torch: bool = True) -> NumpyValues | TorchValues:
     """torch's generator (on the GPU when there is one) where torch imports, else numpy's."""
     if prefer_torch:
         try:

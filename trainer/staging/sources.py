@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from trainer.agent.scenarios import SPLITS, Scenario
 
@@ -75,16 +75,17 @@ def source_parts(source: Source) -> list[Part]:
     """The readable pieces of a source, each with its split when the source names one."""
     if source.kind == "hub":
         return _hub_parts(source)
+    path = cast(Path, source.path)  # a local source's: resolve_source sets it for every kind but hub
     if source.kind == "saved":
-        return _saved_parts(source.path)
-    return _file_parts(source.path)
+        return _saved_parts(path)
+    return _file_parts(path)
 
 
 def _hub_parts(source: Source) -> list[Part]:
     datasets = _import_datasets()
     try:
         loaded = datasets.load_dataset(source.text)
-    except Exception as error:  # offline, missing, private...: all end in the same advice
+    except Exception as error:  # noqa: BLE001 - offline, missing, private...: all end in the same advice
         raise SourceError(_hub_failure(source.text, error)) from None
     return [_dataset_part(split, dataset) for split, dataset in loaded.items()]
 
@@ -179,7 +180,7 @@ def _file_part(path: Path, split: str | None) -> Part:
 
         try:
             meta = pq.ParquetFile(path)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - pyarrow's errors for a bad file are of many kinds
             raise SourceError(f"source {path}: not a readable parquet file ({error})") from None
         return Part(split, lambda: _parquet_rows(path), tuple(meta.schema_arrow.names), meta.metadata.num_rows)
     return Part(split, lambda: _jsonl_rows(path), _jsonl_columns(path), None)
@@ -246,7 +247,8 @@ def email_rows(source: Source) -> tuple[Iterable[dict[str, Any]], int | None]:
                           "give the split's folder or file instead")
     _require_columns(source, parts, EMAIL_COLUMNS, "emails")
     counts = [p.count for p in parts]
-    total = sum(counts) if all(c is not None for c in counts) else None  # type: ignore[misc]
+    known = [c for c in counts if c is not None]
+    total = sum(known) if len(known) == len(counts) else None
 
     def rows() -> Iterator[dict[str, Any]]:
         for part in parts:

@@ -244,7 +244,8 @@ def make_inbox(rng: random.Random, pools: tuple[_Pool, _Pool], inbox: str, seria
     key = f"{inbox}#{serial:04d}"
     emails = [_email(key, n, when, rng.choice(senders), row.subject, row.body)
               for n, (row, when) in enumerate(zip(planned, _dates(rng, len(planned))))]
-    questions, row = [], 0
+    questions: list[dict[str, Any]] = []
+    row = 0
     for family, group in zip(families, groups):
         for fact in group[1:-1]:  # the facts older than the family's newest
             index = row + group.index(fact)

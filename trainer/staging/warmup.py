@@ -79,8 +79,9 @@ def scripted_conversation(scenario: "Scenario", db: "EmailDB", agent: AgentConfi
     if not words:
         return None
     tools, messages = EmailTools(scenario, db, Rubric()), opening(scenario, agent)
-    moves = [(SEARCH_EMAILS, {"keywords": words}), (READ_EMAIL, {"message_id": email.message_id}),
-             (RETURN_FINAL_ANSWER, {"answer": scenario.answer, "sources": [email.message_id]})]
+    moves: list[tuple[str, dict[str, Any]]] = [
+        (SEARCH_EMAILS, {"keywords": words}), (READ_EMAIL, {"message_id": email.message_id}),
+        (RETURN_FINAL_ANSWER, {"answer": scenario.answer, "sources": [email.message_id]})]
     for name, arguments in moves:
         if play(messages, tools, name, arguments).format_error:
             return None

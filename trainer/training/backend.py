@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from trainer.staging.model_cache import offline_cache_problem
 from trainer.training.config import TrainerConfig, one_line, vllm_engine_args
@@ -36,7 +36,7 @@ def build_model(config: TrainerConfig, run_name: str, report_metrics: list[str])
     gpu_mode = "shared" if config.gpu_mode == "auto" else config.gpu_mode  # auto outside a launched job
     internal = art.dev.InternalModelConfig(
         init_args=art.dev.InitArgs(max_seq_length=config.max_seq_length, load_in_4bit=config.load_in_4bit),
-        engine_args=art.dev.EngineArgs(**vllm_engine_args(config, gpu_mode)),
+        engine_args=art.dev.EngineArgs(**cast("art.dev.EngineArgs", vllm_engine_args(config, gpu_mode))),
         **gpu_placement(gpu_mode),
     )
     return art.TrainableModel(
@@ -49,7 +49,7 @@ def build_model(config: TrainerConfig, run_name: str, report_metrics: list[str])
     )
 
 
-def gpu_placement(gpu_mode: str, env: Mapping[str, str] = os.environ) -> dict[str, list[int]]:
+def gpu_placement(gpu_mode: str, env: Mapping[str, str] = os.environ) -> art.dev.InternalModelConfig:
     """ART's dedicated mode for ``gpu_mode: dedicated``: Unsloth trains on the run's first
     GPU, vLLM serves from its second, so neither waits for the other to sleep. Shared: ART's
     default. ART writes these ids into CUDA_VISIBLE_DEVICES as they are (its trainer's and
@@ -127,7 +127,7 @@ async def register(model: art.TrainableModel, backend: Any) -> None:
                                  "(its own error is above)") from error
 
 
-def server_config(env: dict[str, str] | os._Environ) -> dict[str, Any] | None:
+def server_config(env: dict[str, str] | os._Environ) -> art.dev.OpenAIServerConfig | None:
     """The vLLM port a pack job gave this run (HPC_VLLM_PORT: each run of a pack has its own,
     hpc/job/pack.py); None lets ART pick a free one."""
     port = env.get("HPC_VLLM_PORT", "")

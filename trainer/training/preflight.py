@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from hpc.run.checkpoints import model_dir as art_model_dir
-from hpc.run.rundir import EXIT_CONFIG_ERROR
+from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_UNAVAILABLE
 from trainer.staging.data import default_data_dir
 from trainer.training.config import ConfigError, TrainerConfig, load_config
 from trainer.training.preflight_checks import (
@@ -78,7 +78,6 @@ from trainer.training.preflight_services import check_judge, check_wandb
 log = logging.getLogger("trainer.preflight")
 
 REPO_DIR = Path(__file__).resolve().parents[2]
-EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: a transient preflight failure; job control retries (--max_failures)
 WHERE = ("job", "login")
 
 
@@ -97,7 +96,7 @@ def run_checks(ctx: Context) -> list[Check]:
         name = check.__name__.removeprefix("check_")
         try:
             results.append(check(ctx))
-        except Exception as error:  # a check's own bug must not hide the others' answers
+        except Exception as error:  # noqa: BLE001 - a check's own bug must not hide the others' answers
             results.append(transient(name, ctx.redact(f"the check itself failed: {type(error).__name__}: {error}"),
                                      "report it; preflight=false skips the checks"))
     return results

@@ -175,7 +175,7 @@ def ask_through_litellm(ctx: Context, target: JudgeTarget) -> Check:
             litellm.completion(model=model, messages=[{"role": "user", "content": JUDGE_PING}],
                                max_tokens=8, temperature=0, drop_params=True, timeout=ctx.timeout,
                                max_retries=0, **connection)
-    except Exception as error:  # litellm maps every provider's and the network's errors to its own
+    except Exception as error:  # noqa: BLE001 - litellm maps every provider's and the network's errors to its own
         return judge_failure(ctx, label, getattr(error, "status_code", None), error_detail(error))
     return passed("judge", f"{label} answered in {time.monotonic() - began:.1f}s")
 

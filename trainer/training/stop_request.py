@@ -66,7 +66,7 @@ class StopRequest:
             signal.signal(sig, self._on_signal)
         blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS) & set(STOP_SIGNALS)
         if blocked:
-            log.warning("%s blocked in the trainer's thread: unblocked", ", ".join(s.name for s in blocked))
+            log.warning("%s blocked in the trainer's thread: unblocked", ", ".join(signal.Signals(s).name for s in blocked))
 
     @property
     def requested(self) -> bool:

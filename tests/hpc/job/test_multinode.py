@@ -15,7 +15,7 @@ import pytest
 from hpc.launcher import launch
 from hpc.launcher.clusters import load_registry
 from hpc.launcher.render import render
-from tests.hpc.dry_run_helpers import dry_run, jsc_environment, no_sbatch, ok_script, runs  # noqa: F401 (fixtures)
+from tests.hpc.dry_run_helpers import dry_run, jsc_environment, no_sbatch, ok_script, runs  # fixtures
 
 
 def job_control_part(script: str) -> str:

@@ -17,7 +17,7 @@ from hpc.job import notify
 from hpc.launcher.render import render
 from hpc.run.rundir import RunDir
 from tests.doubles.webhook_receiver import WebhookReceiver
-from tests.hpc.launcher.test_offline_network import _free_port, forwarded_targets, local_sshd, run_network_block, tunnel  # noqa: F401
+from tests.hpc.launcher.test_offline_network import _free_port, forwarded_targets, local_sshd, run_network_block, tunnel
 
 REPO = Path(__file__).resolve().parents[3]
 TOKEN = "T0KEN-b3e1-not-for-logs"

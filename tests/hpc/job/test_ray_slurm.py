@@ -197,7 +197,7 @@ class BackgroundJob:
             self.probe = wait_for_probe(self.run_dir, self.job_id)
             self.ray_seen = ray_processes_of(self.job_id)
             self.final = wait_for_final_state(self.job_id, timeout=300)
-        except BaseException as err:  # re-raised by the test that owns the job
+        except BaseException as err:  # noqa: BLE001 - re-raised by the test that owns the job
             self.error = err
 
     def result(self) -> "BackgroundJob":

@@ -119,7 +119,7 @@ class Scenario:
             if self.during:
                 self.during(self)
             wait_until(self.settled, self.timeout, f"run {self.name} to finish or fail")
-        except BaseException as err:  # re-raised in the test that owns the scenario
+        except BaseException as err:  # noqa: BLE001 - re-raised in the test that owns the scenario
             self.error = err
 
     def settled(self) -> bool:

@@ -13,7 +13,7 @@ from hpc.launcher.clusters import load_registry
 from hpc.launcher.envfiles import MAX_REFERENCE_DEPTH
 from hpc.launcher.jobspec import PRINTED_SETTINGS, env_layers
 from hpc.launcher.managed_vars import MANAGED, OFFLINE, USER_SETTINGS
-from tests.hpc.dry_run_helpers import jsc_environment, no_sbatch  # noqa: F401 (fixtures)
+from tests.hpc.dry_run_helpers import jsc_environment, no_sbatch  # fixtures
 
 SECRET = "sk-live-0123456789abcdef"
 DIGIT_THREE = ["٣", "۳", "३", "３", "𝟑", "৩", "³", "๓"]  # Arabic-Indic, Persian, Devanagari, fullwidth, math bold, ...

@@ -22,8 +22,8 @@ from hpc.launcher import launch
 from hpc.launcher.clusters import load_registry
 from hpc.launcher.network import Tunnel
 from hpc.launcher.render import render
-from tests.hpc.dry_run_helpers import dry_run, jsc_environment, no_sbatch, ok_script, runs  # noqa: F401 (fixtures)
-from tests.hpc.sshd_helpers import _free_port, local_sshd, require_openssh  # noqa: F401 (local_sshd: a fixture)
+from tests.hpc.dry_run_helpers import dry_run, jsc_environment, no_sbatch, ok_script, runs  # fixtures
+from tests.hpc.sshd_helpers import _free_port, local_sshd, require_openssh  # local_sshd: a fixture
 
 # -- what the dry run renders ---------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import pytest
 
 from hpc.launcher import launch, queue_preflight
 from tests.doubles.openai_server import OpenAIServer, text
-from tests.hpc.launcher.test_launch import PREFLIGHT_ARGS, PREFLIGHT_KEY, staged_data  # noqa: F401 (a fixture)
+from tests.hpc.launcher.test_launch import PREFLIGHT_ARGS, PREFLIGHT_KEY, staged_data  # a fixture
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -55,7 +55,7 @@ def test_a_job_that_cannot_work_is_refused_before_the_queue_with_the_checks_fixe
     assert not (tmp_path / "runs").exists()  # nothing written
 
 
-def test_a_job_whose_checks_pass_is_queued(capsys, tmp_path, sbatch, staged_data):  # noqa: F811
+def test_a_job_whose_checks_pass_is_queued(capsys, tmp_path, sbatch, staged_data):
     with OpenAIServer(lambda body: text("OK"), api_key=PREFLIGHT_KEY) as judge:
         code, out, err = run_main(capsys, *base(tmp_path / "runs"), "--env", f"DATA_DIR={staged_data}",
                                   "--env", f"JUDGE_API_BASE={judge.base_url}", "--env", f"JUDGE_API_KEY={PREFLIGHT_KEY}")
@@ -65,7 +65,7 @@ def test_a_job_whose_checks_pass_is_queued(capsys, tmp_path, sbatch, staged_data
 
 
 def test_a_judge_the_login_node_cannot_reach_is_said_and_the_job_queued(capsys, tmp_path, sbatch,
-                                                                       staged_data):  # noqa: F811
+                                                                       staged_data):
     code, out, err = run_main(capsys, *base(tmp_path / "runs"), "--env", f"DATA_DIR={staged_data}",
                               "--env", f"JUDGE_API_BASE=http://127.0.0.1:{closed_port()}/v1",
                               "--env", f"JUDGE_API_KEY={PREFLIGHT_KEY}", "--train_arg", "preflight_timeout=5")

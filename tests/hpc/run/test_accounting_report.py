@@ -14,7 +14,7 @@ from hpc.run.rundir import RunDir
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmFailed
 from tests.doubles.ledger_lines import write_record
-from tests.hpc.run.test_accounting import GRES, fake, requeued_run, row, t  # noqa: F401 (a fixture)
+from tests.hpc.run.test_accounting import GRES, fake, requeued_run, row, t  # a fixture
 
 ORANGE, GREEN, RED = (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28)  # tab: starting, training, lost
 
@@ -27,7 +27,7 @@ def pixels(path):
     return (image.shape[1], image.shape[0]), {tuple(int(round(255 * c)) for c in px[:3]) for row in image for px in row}
 
 
-def test_the_timeline_draws_each_job_run_queued_starting_training_and_lost(fake, tmp_path):  # noqa: F811
+def test_the_timeline_draws_each_job_run_queued_starting_training_and_lost(fake, tmp_path):
     files, rows = requeued_run(fake)
     acc = accounting.account("r", files, rows, GRES, now=t(638))
     plot_timeline(acc, RunDir(tmp_path), tmp_path / "timeline.png")
@@ -37,7 +37,7 @@ def test_the_timeline_draws_each_job_run_queued_starting_training_and_lost(fake,
     assert COLORS["training"] == "tab:green" and COLORS["lost"] == "tab:red"
 
 
-def test_a_successor_cancelled_the_second_it_was_queued_gets_an_empty_row(fake, tmp_path):  # noqa: F811
+def test_a_successor_cancelled_the_second_it_was_queued_gets_an_empty_row(fake, tmp_path):
     """As a real run that finishes leaves it: its successor (queued at the start) cancelled with no time
     queued or run, which accounting lists with no segment."""
     requeued_run(fake)
@@ -50,7 +50,7 @@ def test_a_successor_cancelled_the_second_it_was_queued_gets_an_empty_row(fake, 
     assert {GREEN} <= pixels(tmp_path / "timeline.png")[1]
 
 
-def test_the_report_gets_an_accounting_section_with_the_timeline_and_the_tables(fake, monkeypatch):  # noqa: F811
+def test_the_report_gets_an_accounting_section_with_the_timeline_and_the_tables(fake, monkeypatch):
     files, rows = requeued_run(fake)
     monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: rows)
     run = RunDir(fake.path)

@@ -127,7 +127,7 @@ def finished(runs):
         try:
             stop_during_rollouts(acct, 3)
             stop_during_rollouts(acct, 6)
-        except BaseException as err:  # re-raised below
+        except BaseException as err:  # noqa: BLE001 - re-raised below
             errors.append(err)
 
     stopper = threading.Thread(target=stop_twice, daemon=True)

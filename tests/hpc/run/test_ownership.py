@@ -15,7 +15,7 @@ from hpc.run import checkpoints as ck
 from hpc.run import ownership
 from hpc.run.rundir import RunDir
 from tests.doubles.ledger_lines import ledger_lines
-from tests.hpc.launcher.test_launch_resume import main, save, sbatch, tree  # noqa: F401 (sbatch: a fixture)
+from tests.hpc.launcher.test_launch_resume import main, save, sbatch, tree  # sbatch: a fixture
 
 
 @pytest.fixture

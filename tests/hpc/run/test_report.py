@@ -23,8 +23,8 @@ from hpc.run.report import main as report_main
 from hpc.run.rundir import RunDir
 from tests.doubles.ledger_lines import write_record
 from tests.doubles.openai_server import OpenAIServer, Reply, text, tool_call
-from tests.trainer.conftest import art_e_data_dir  # noqa: F401 (a fixture)
-from tests.trainer.training.test_train import JUDGE_MODEL, Run, run, server, train_in_process  # noqa: F401 (fixtures)
+from tests.trainer.conftest import art_e_data_dir  # a fixture
+from tests.trainer.training.test_train import JUDGE_MODEL, Run, run, server, train_in_process  # fixtures
 from trainer.evaluation.eval import main as eval_main
 from trainer.training.stop_request import StopRequest
 
@@ -63,7 +63,7 @@ def improving_agent(validation: dict[str, str], training: dict[str, str]):
 
 
 @pytest.fixture
-def report_run(run: Run, art_e_data_dir: Path, monkeypatch) -> RunDir:  # noqa: F811
+def report_run(run: Run, art_e_data_dir: Path, monkeypatch) -> RunDir:
     """A run of 24 steps over two jobs, validated every 4 steps, with two baselines evaluated."""
     questions = {split: {q["question"]: q["answer"] for q in map(json.loads, (
         art_e_data_dir / "scenarios" / f"{split}.jsonl").read_text().splitlines())} for split in ("test", "train")}

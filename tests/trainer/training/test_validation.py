@@ -18,7 +18,7 @@ from hpc.run import ownership
 from hpc.run.rundir import RunDir
 from tests.doubles.art_backend import save_adapter
 from tests.doubles.openai_server import OpenAIServer, Reply, failure, text, tool_call
-from tests.trainer.training.test_train import JUDGE_MODEL, OVERRIDES, Run, run, server, train_in_process  # noqa: F401 (fixtures)
+from tests.trainer.training.test_train import JUDGE_MODEL, OVERRIDES, Run, run, server, train_in_process  # fixtures
 from trainer.evaluation.engine import summarize
 from trainer.training.stop_request import StopRequest
 from trainer.training.validation import best_step, is_due
@@ -59,14 +59,14 @@ def questions(art_e_data_dir: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def planted(run: Run, questions, monkeypatch) -> OpenAIServer:  # noqa: F811
+def planted(run: Run, questions, monkeypatch) -> OpenAIServer:
     with OpenAIServer(planted_agent(PLANTED, questions)) as server:
         monkeypatch.setenv("ART_FAKE_INFERENCE_URL", server.base_url)
         monkeypatch.setenv("JUDGE_API_BASE", server.base_url)
         yield server
 
 
-def test_validation_at_steps_0_2_and_the_last_records_the_planted_accuracy(run: Run, planted) -> None:  # noqa: F811
+def test_validation_at_steps_0_2_and_the_last_records_the_planted_accuracy(run: Run, planted) -> None:
     assert train_in_process(overrides=VALIDATION) == 0
     validations = run.run_dir.read_validations()
     assert [v["step"] for v in validations] == [0, 2, 3]  # every 2 steps, and after the last (3)
@@ -79,7 +79,7 @@ def test_validation_at_steps_0_2_and_the_last_records_the_planted_accuracy(run: 
     assert all(d["latency_s"] >= 0 and d["turns"] == 1 for d in details)
 
 
-def test_validation_reaches_arts_log_with_split_val(run: Run, planted) -> None:  # noqa: F811
+def test_validation_reaches_arts_log_with_split_val(run: Run, planted) -> None:
     assert train_in_process(overrides=VALIDATION) == 0
     history = [json.loads(line) for line in (run.model_dir / "history.jsonl").read_text().splitlines()]
     val = [h for h in history if any(k.startswith("val/") for k in h)]
@@ -87,7 +87,7 @@ def test_validation_reaches_arts_log_with_split_val(run: Run, planted) -> None: 
     assert all(h["val/accuracy"] == 0.5 for h in val)
 
 
-def test_validation_uses_only_held_out_questions(run: Run, planted, questions) -> None:  # noqa: F811
+def test_validation_uses_only_held_out_questions(run: Run, planted, questions) -> None:
     assert train_in_process(overrides=VALIDATION) == 0
     asked = {r.messages[1]["content"] for r in planted.requests if r.model != JUDGE_MODEL}
     validated = {d["question"] for d in map(json.loads, run.run_dir.validation_details(0).read_text().splitlines())}
@@ -100,7 +100,7 @@ def trained_questions(run: Run) -> set[str]:
     return {json.loads(line)["question"] for line in train}
 
 
-def test_a_stop_during_validation_loses_no_step_and_the_resumed_job_runs_it_once(run: Run, questions,  # noqa: F811
+def test_a_stop_during_validation_loses_no_step_and_the_resumed_job_runs_it_once(run: Run, questions,
                                                                                   monkeypatch) -> None:
     stop = StopRequest()
     asked = threading.Event()
@@ -125,7 +125,7 @@ def test_a_stop_during_validation_loses_no_step_and_the_resumed_job_runs_it_once
     assert [v["step"] for v in run.run_dir.read_validations()] == [0, 2, 3], "each validation once"
 
 
-def test_a_failing_question_is_recorded_as_failed_not_fatal(run: Run, questions, monkeypatch) -> None:  # noqa: F811
+def test_a_failing_question_is_recorded_as_failed_not_fatal(run: Run, questions, monkeypatch) -> None:
     agent = planted_agent(PLANTED, questions)
 
     def one_broken(body: dict) -> Reply:
