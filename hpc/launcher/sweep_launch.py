@@ -72,7 +72,7 @@ def sweep_dir(args: argparse.Namespace, registry: Registry) -> SweepDir:
     cluster = registry.detect(args.cluster).cluster
     name = check_job_name(args.job_name)
     runs_dir = resolve_runs_dir(args.runs_dir, env_layers(cluster, args.env), outer_env(cluster, name))
-    return SweepDir(runs_dir / name)
+    return SweepDir(single_run.trusted_folder(runs_dir / name))
 
 
 def sweep_members(args: argparse.Namespace, sweep: SweepDir) -> list[sweeps.Member]:
@@ -302,6 +302,7 @@ def prepared(run: Planned, sweep: str, restart: bool) -> bool:
 
 def write_pack_files(spec: JobSpec) -> None:
     """The pack's script and secrets in the sweep's directory (the script is never overwritten)."""
+    single_run.trusted_folder(spec.run_dir.path)
     spec.run_dir.make_dirs(spec.run_dir.logs_dir)
     spec.run_dir.write_new(spec.script_path, single_run.checked_script(spec).encode(), 0o755)
     single_run.write_secrets(spec.run_dir, spec.env.secret_values())

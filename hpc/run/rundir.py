@@ -375,8 +375,8 @@ class SweepDir(RunDir):
 #
 # A run's files are reached from its folder without following a link: a ``report`` that links to
 # another folder, a ``report.md``, ``ledger.jsonl`` or log that links to a file elsewhere, is
-# refused (OutsideRun), never read or written through. The run's own folder may be a link (a
-# user's runs on another filesystem); nothing below it is. Every reader and writer of the run
+# refused (OutsideRun), never read or written through. The run's own folder may be a link for
+# its readers; the launcher and the job refuse one (hpc/run/trust.py). Nothing below it is followed. Every reader and writer of the run
 # directory goes through these functions (RunDir's methods pass ``root``, the run's folder).
 
 MAX_READ_BYTES = 256 * 1024 * 1024  # a run's file larger than this is not read (a runaway or hostile one)
@@ -412,7 +412,7 @@ def folder_inside(root: Path, parts: tuple[str, ...], create: bool = False) -> I
     """A descriptor of the folder ``root/parts...``, reached without following a link below
     ``root`` (made on the way when ``create``)."""
     if create:
-        root.mkdir(parents=True, exist_ok=True)
+        make_folders(root)
     fd = os.open(root, _DIR_FLAGS)
     try:
         for depth, name in enumerate(parts, 1):
@@ -428,6 +428,18 @@ def folder_inside(root: Path, parts: tuple[str, ...], create: bool = False) -> I
         yield fd
     finally:
         os.close(fd)
+
+
+def make_folders(path: Path, mode: int = 0o755) -> None:
+    """``path`` and the folders above it that are missing, each made with ``mode`` (never writable
+    by group or others, whatever the umask: ``mkdir -p`` gives the folders above the umask's mode)."""
+    missing = []
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, mode)
 
 
 def open_inside(root: Path, path: Path, flags: int, mode: int = 0o644) -> int:
@@ -606,7 +618,7 @@ def append_jsonl(path: Path, record: dict[str, Any], root: Path | None = None) -
     file goes is refused at once, never waited on)."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
     if root is None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folders(path.parent)
         fd = os.open(path, flags, 0o644)
     else:
         fd = open_inside(root, path, flags)
