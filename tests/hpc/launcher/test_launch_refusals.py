@@ -227,3 +227,20 @@ def test_an_sbatch_arg_that_submits_no_job_is_refused_before_anything_is_written
                         str(tmp_path / "runs"), "--no_preflight", f"--sbatch_arg={option}"])
     assert code == 2 and "--sbatch_arg" in capsys.readouterr().err
     assert not submitted and not (tmp_path / "runs").exists()
+
+
+# -- issue 39 item 11: bash's own variables, which `bash -n` passes and the job dies on ------------
+
+@pytest.mark.parametrize("setting", ["UID=5", "SHELLOPTS=xtrace", "EUID=0", "BASHOPTS=extglob", "PPID=1",
+                                     "IFS=x", "BASH_ENV=/tmp/x.sh"])
+def test_a_bash_variable_the_job_script_cannot_export_is_refused_by_the_dry_run(capsys, tmp_path, setting):
+    name = setting.split("=")[0]
+    err = refused(capsys, tmp_path, "--env", setting)
+    assert f"--env sets {name}, which is bash's own" in err
+
+
+def test_a_bash_read_only_variable_in_the_repos_env_is_refused_too(tmp_path):
+    layer_file = tmp_path / ".env"
+    layer_file.write_text("SHELLOPTS=xtrace\n")
+    with pytest.raises(UsageError, match="sets SHELLOPTS, which is bash's own, read-only"):
+        env_layers(load_registry().clusters["local"], [], repo_dir=tmp_path)
