@@ -510,9 +510,11 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644, root: Path | 
                 handle.write(data)
                 os.fchmod(handle.fileno(), mode)
             os.replace(temporary, parts[-1], src_dir_fd=folder, dst_dir_fd=folder)
-        except BaseException:
+        except BaseException as error:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary, dir_fd=folder)
+            if isinstance(error, OSError) and error.filename == temporary:  # say the file, not its stand-in
+                raise type(error)(error.errno, error.strerror, str(path)) from None
             raise
 
 
