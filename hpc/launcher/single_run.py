@@ -101,7 +101,7 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
         env=env,
         env_layers=[layer.source for layer in layers if layer.values],
         run_dir=run_dir,
-        model_dir=model_dir(art_path, trainer.project, job_name),
+        model_dir=trusted_model_folder(model_dir(art_path, trainer.project, job_name)),
         gpu_use=gpus.describe(),
         vllm_runtime=runtime_line(trainer, args.entrypoint, env, cluster.cpu_arch),
         init_from=init_from.find_source(runs_dir, args.init_from) if args.init_from else None,
@@ -120,6 +120,15 @@ def trusted_folder(folder: Path) -> Path:
         trust.check_run_folder(folder)
     except trust.Untrusted as error:
         raise UsageError(f"{error}; nothing written or submitted") from None
+    return folder
+
+
+def trusted_model_folder(folder: Path) -> Path:
+    """The run's model folder, when it is the user's alone where it is there (hpc/run/trust.py)."""
+    try:
+        trust.check_model_folder(folder)
+    except trust.Untrusted as error:
+        raise UsageError(f"the run's model folder: {error}; nothing written or submitted") from None
     return folder
 
 

@@ -6,7 +6,7 @@ user launches into, one left writable by group or others, a link to somewhere el
 ``secrets.env`` with shell code that then runs as the user, or read the keys where the link leads.
 So the launcher (hpc/launcher/single_run.py, before anything is written, the dry run too) and the
 job (hpc/job/trusted_run.py, before anything is read) refuse a run folder, and the entries of it
-they write, source or run, that:
+they write, source or run (and the run's model folder, whose checkpoints the trainer loads), that:
 
 - is a link (it is not followed: the run's files stay where the runs directory says),
 - is not what it must be (a file or a FIFO where the folder goes, a folder where ``.lock`` goes),
@@ -126,6 +126,13 @@ def check_run_folder(folder: Path) -> None:
     if os.path.lexists(folder):
         for entry in ENTRIES:
             check_entry(folder / entry.name, entry.kind, entry.private)
+
+
+def check_model_folder(model_dir: Path) -> None:
+    """The run's model folder (ART's checkpoints, which the trainer loads and trains on) and its
+    ``checkpoints/``, where they are there: the user's, no link, not writable by group or others."""
+    check_entry(model_dir, Kind.FOLDER)
+    check_entry(model_dir / "checkpoints", Kind.FOLDER)
 
 
 def tighten_umask() -> None:

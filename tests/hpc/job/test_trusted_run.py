@@ -85,6 +85,17 @@ def test_the_job_sources_no_secrets_file_from_a_folder_someone_else_could_change
     assert sorted(p.name for p in run.iterdir()) == ["scripts", "secrets.env"]  # nothing written
 
 
+def test_the_job_starts_nothing_when_its_model_folder_became_writable_by_others(capsys, tmp_path):
+    run, script = launched(capsys, tmp_path / "runs")
+    planted_secrets(run, f"touch {tmp_path / 'PWNED'}\n")
+    model = run / "art" / "email_agent" / "models" / "mn"
+    (model / "checkpoints").mkdir(parents=True)
+    (model / "checkpoints").chmod(0o777)
+    result = run_script(script, tmp_path)
+    assert result.returncode == 1 and f"{model / 'checkpoints'} is writable by group and others" in result.stderr
+    assert not (tmp_path / "PWNED").exists()
+
+
 def test_the_job_refuses_a_run_folder_that_became_a_link(capsys, tmp_path):
     run, script = launched(capsys, tmp_path / "runs")
     elsewhere = tmp_path / "elsewhere"

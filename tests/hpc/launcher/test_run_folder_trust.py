@@ -231,3 +231,23 @@ def test_a_sweep_folder_someone_else_can_write_is_refused(capsys, tmp_path):
         code, out, err = launch_run(capsys, runs, "--sweep", "seed=1,2", *extra, name="sw")
         assert code == 2 and "writable by group and others" in err and len(err.splitlines()) == 1, err
     assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("spoil, fragment", [
+    (lambda model: model.chmod(0o777), "writable by group and others"),
+    (lambda model: os.chown(model, NEIGHBOUR, NEIGHBOUR), "owned by uid 12345"),
+    (lambda model: (model / "checkpoints").chmod(0o775), "checkpoints is writable by group"),
+    (lambda model: (model.rename(model.with_name("elsewhere")), model.symlink_to(model.with_name("elsewhere"))),
+     "is a link"),
+])
+def test_a_model_folder_outside_the_run_that_others_can_change_is_refused(capsys, tmp_path, spoil, fragment):
+    runs, art = tmp_path / "runs", tmp_path / "scratch" / "art"
+    model = art / "email_agent" / "models" / "nb2"  # agent_008's project; ART_PATH on scratch, as on a cluster
+    (model / "checkpoints").mkdir(parents=True)
+    spoil(model)
+    before = tree(tmp_path)
+    for extra in (["--dry_run"], []):
+        code, out, err = launch_run(capsys, runs, f"--env=ART_PATH={art}", *extra)
+        assert code == 2 and err.startswith("hpc.launch: error: the run's model folder: ") and fragment in err, err
+        assert len(err.splitlines()) == 1
+    assert tree(tmp_path) == before
