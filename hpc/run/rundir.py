@@ -31,7 +31,9 @@ Layout of ``<runs_dir>/<job_name>/``::
 Nothing here follows a link below the run's folder, reading or writing (OutsideRun: a ``report/``
 that links elsewhere is refused, not written through), and every record read is checked against its
 file's fields (hpc/run/fields.py): one that does not fit is skipped and named in ``RunDir.unreadable``,
-so a corrupt record costs that record, never a reader's view of the run or of other runs.
+so a corrupt record costs that record, never a reader's view of the run or of other runs. The launcher
+and the job use a run's folder only when it is the user's alone (hpc/run/trust.py); folders are made
+0755 whatever the umask (``make_folders``).
 
 A sweep (hpc/launcher/sweeps.py) also has ``<runs_dir>/<sweep>/`` (``SweepDir``): ``sweep.json``
 (its runs and their values), ``scripts/`` and ``logs/`` of the pack jobs that run
