@@ -7,9 +7,8 @@ days later: a neighbour who could write the folder by then could have put shell 
 ``secrets.env`` (which the job sources, as the user) or in a script the job submits again. So the job
 script (sbatch/base.sbatch.j2) asks again, first: the runs directory, the run's folder, its
 ``secrets.env`` (the user's, mode 0600), ``scripts/``, each SCRIPT it will run or submit, and the model
-folder whose checkpoints the trainer loads. An
-untrusted one is one line on stderr and exit 1: the job stops there, having read, written and
-submitted nothing of the run.
+folder whose checkpoints the trainer loads. An untrusted one is one line on stderr and exit 1: the job
+stops there, having read, written and submitted nothing of the run.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ def check(run_dir: Path, scripts: list[Path], model_dir: Path | None = None) -> 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args:
-        print("usage: python -S -m hpc.job.trusted_run RUN_DIR [SCRIPT ...]", file=sys.stderr)
+        print("usage: python -S -m hpc.job.trusted_run RUN_DIR [SCRIPT ...] [--model_dir DIR]", file=sys.stderr)
         return 2
     model_dir = None
     if "--model_dir" in args[:-1]:
