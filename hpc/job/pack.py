@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc.job import continuation as cont
-from hpc.job import successor
+from hpc.job import successor, trusted_run
 from hpc.job.plain_file import make_plain
 from hpc.run import ledger
 from hpc.run.ledger import By, Requeue, Resubmit
 from hpc.run.rundir import RunDir
+from hpc.run.trust import Untrusted
 from hpc.slurm.calls import SlurmError
 
 CONTINUE = (cont.REQUEUE, cont.RESUBMIT)
@@ -98,6 +99,18 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def trusted(member: Member, tell: bool = True) -> bool:
+    """The member's folder and script are the user's alone (hpc/job/trusted_run.py); else it sits
+    this job out (told once, by ``slots``), its script never run and its folder never written."""
+    try:
+        trusted_run.check(member.run.path, [member.script])
+    except Untrusted as error:
+        if tell:
+            print(f"[pack] error: {member.run.name} is not started: {error}", file=sys.stderr)
+        return False
+    return True
+
+
 def has_work(run: RunDir) -> bool:
     """Not finished and not given up: the run still trains (its begin hook agrees)."""
     return run.read_done() is None and run.read_failed() is None
@@ -105,7 +118,7 @@ def has_work(run: RunDir) -> bool:
 
 def slots(members: list[Member], gpus_per_run: int, env: dict[str, str] | os._Environ) -> list[Slot]:
     """The members with work, in order, each on the next ``gpus_per_run`` of the job's GPUs."""
-    working = [m for m in members if has_work(m.run)]
+    working = [m for m in members if trusted(m) and has_work(m.run)]
     devices = visible_devices(env, len(members) * gpus_per_run)
     ports = free_ports(len(working))
     return [Slot(m, devices[k * gpus_per_run:(k + 1) * gpus_per_run], ports[k]) for k, m in enumerate(working)]
@@ -150,7 +163,7 @@ class Settings:
 def begin(members: list[Member], job_id: str, script: Path) -> int:
     """Exit 10 when a predecessor of this job is back in the queue; else queue the pack's
     successor for the members with work (hpc/job/successor.py)."""
-    working = [m for m in members if has_work(m.run)]
+    working = [m for m in members if trusted(m, tell=False) and has_work(m.run)]
     for m in working:
         before = successor.predecessor(ledger.read(m.run), job_id)
         if before is not None and before != job_id and successor.still_queued(before):

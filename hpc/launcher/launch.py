@@ -29,6 +29,7 @@ from hpc.launcher.jobspec import (
 )
 from hpc.launcher.single_run import checked_script, print_preview, spec_from_args, submit_run
 from hpc.run.rundir import SweepDir
+from hpc.run.trust import tighten_umask
 from hpc.slurm.calls import SlurmError
 
 
@@ -188,6 +189,7 @@ def launch_sweep(args: argparse.Namespace, argv: list[str], registry: Registry) 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    tighten_umask()
     try:
         args = build_parser().parse_args(argv)
         check_preflight_flags(args)

@@ -22,6 +22,23 @@ from hpc.launcher.envfiles import EnvLayer
 USER_SOURCES = ("dotenv", "secrets.env")
 USER_EXTENDED = ("NO_PROXY",)
 
+# bash's own variables, which the job script's `export NAME=value` would hit: `bash -n` passes them, the job
+# then dies on a read-only one (UID, SHELLOPTS), or runs differently (IFS, BASH_ENV, POSIXLY_CORRECT), or
+# quietly loses what bash keeps in it (RANDOM, PIPESTATUS). bash 5's manual, "Shell Variables".
+_READONLY = "bash's own, read-only: the job script would stop at it"
+_CHANGES = "bash's own: it changes how bash runs the job script"
+_KEPT = "bash's own: assigning it loses what bash keeps in it"
+BASH_OWN = {
+    **dict.fromkeys(("UID", "EUID", "PPID", "SHELLOPTS", "BASHOPTS", "BASH_VERSINFO"), _READONLY),
+    **dict.fromkeys(("IFS", "BASH_ENV", "ENV", "POSIXLY_CORRECT", "BASH_COMPAT", "BASH_XTRACEFD", "PS4",
+                     "GLOBIGNORE", "CDPATH", "EXECIGNORE", "FUNCNEST", "TMOUT", "BASH_LOADABLES_PATH"), _CHANGES),
+    **dict.fromkeys(("BASH", "BASHPID", "BASH_ALIASES", "BASH_ARGC", "BASH_ARGV", "BASH_ARGV0", "BASH_CMDS",
+                     "BASH_COMMAND", "BASH_EXECUTION_STRING", "BASH_LINENO", "BASH_REMATCH", "BASH_SOURCE",
+                     "BASH_SUBSHELL", "BASH_VERSION", "COPROC", "DIRSTACK", "EPOCHREALTIME", "EPOCHSECONDS",
+                     "FUNCNAME", "GROUPS", "HISTCMD", "LINENO", "OLDPWD", "OPTARG", "OPTIND", "PIPESTATUS", "PWD",
+                     "RANDOM", "SECONDS", "SHLVL", "SRANDOM"), _KEPT),
+}
+
 
 def set_by_job(variable: Variable) -> bool:
     """Whether the job, not a user's layer, gives the workload this variable."""
@@ -48,6 +65,8 @@ def who_sets(name: str, internet: bool) -> str | None:
     """Who sets ``name`` in a job on a cluster with (or without) internet, as "set by ..."; None when a user may."""
     if name in MANAGED:
         return MANAGED[name]
+    if name in BASH_OWN:
+        return f"{BASH_OWN[name]} (the job script exports every variable it is given)"
     if name in OFFLINE and not internet:
         return OFFLINE[name]
     if name.startswith(("SLURM_", "SLURMD_")):

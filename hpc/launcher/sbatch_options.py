@@ -81,6 +81,17 @@ MANAGED_SBATCH_OPTIONS = {
     "clusters": "job control finds and continues the run's jobs on this cluster",
     "cluster": "job control finds and continues the run's jobs on this cluster",
 }
+# Options with which sbatch submits no job, or not the launcher's script, or not as the user: a
+# launch would write the run and then find no job id, or the job's check of its run folder would fail.
+NOT_SUBMITTING = {
+    "test-only": "a dry run (--dry_run) asks sbatch --test-only itself",
+    "help": "sbatch would print its help and submit nothing",
+    "usage": "sbatch would print its usage and submit nothing",
+    "version": "sbatch would print its version and submit nothing",
+    "wrap": "sbatch would run that command instead of the job script",
+    "uid": "the job runs as you: its run folder is yours alone (hpc/run/trust.py)",
+    "gid": "the job runs as you, with your groups",
+}
 _SPLIT = re.compile(r"[ \t\v\f]+")  # the C locale's isspace, which sbatch splits #SBATCH lines on
 _UNSAFE = re.compile(r"[\"'\\#\x00-\x08\x0a-\x1f\x7f]")
 
@@ -101,7 +112,14 @@ def check_sbatch_args(lines: list[str]) -> list[str]:
     for line, read in read_options(words):
         if read.name in MANAGED_SBATCH_OPTIONS:
             raise UsageError(managed_message(line, read))
+        if read.name in NOT_SUBMITTING:
+            raise UsageError(f"--sbatch_arg {line!r}{read_as(read)}: {NOT_SUBMITTING[read.name]}")
     return lines
+
+
+def read_as(read: Read) -> str:
+    """How sbatch reads a spelling that is not the option's own name (a prefix, a short option)."""
+    return "" if read.spelling == f"--{read.name}" else f" (sbatch reads {read.spelling} as --{read.name})"
 
 
 def check_line(line: str) -> None:

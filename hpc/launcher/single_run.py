@@ -48,7 +48,7 @@ from hpc.launcher.network import tunnel_for
 from hpc.launcher.render import render
 from hpc.launcher.sbatch_options import check_sbatch_args
 from hpc.launcher.timelimit import parse_time_limit
-from hpc.run import init_from, ownership
+from hpc.run import init_from, ownership, trust
 from hpc.run.checkpoints import latest_complete, model_dir
 from hpc.run.rundir import RunDir
 
@@ -70,7 +70,7 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
     layers = env_layers(cluster, args.env)
     outer = outer_env(cluster, job_name)
     runs_dir = resolve_runs_dir(args.runs_dir, layers, outer)
-    run_dir = RunDir(runs_dir / job_name)
+    run_dir = RunDir(trusted_folder(runs_dir / job_name))
     env, judge = job_env(args, layers, {**outer, "HPC_RUN_DIR": str(run_dir.path)}, cluster, num_nodes)
     art_path = env.get("ART_PATH") or str(run_dir.path / "art")
     trainer = trainer_config(config, train_args, args.entrypoint)
@@ -100,7 +100,7 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
         env=env,
         env_layers=[layer.source for layer in layers if layer.values],
         run_dir=run_dir,
-        model_dir=model_dir(art_path, trainer.project, job_name),
+        model_dir=trusted_model_folder(model_dir(art_path, trainer.project, job_name)),
         gpu_use=gpus.describe(),
         vllm_runtime=runtime_line(trainer, args.entrypoint, env, cluster.cpu_arch),
         init_from=init_from.find_source(runs_dir, args.init_from) if args.init_from else None,
@@ -110,6 +110,25 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
         gpu_line=packing.describe(use, [job_name]),
         gpu_mode=gpus.gpu_mode,
     )
+
+
+def trusted_folder(folder: Path) -> Path:
+    """``folder`` when it and its runs directory are the user's alone (hpc/run/trust.py: the job
+    sources secrets.env from it); else UsageError in one line, before anything is written."""
+    try:
+        trust.check_run_folder(folder)
+    except trust.Untrusted as error:
+        raise UsageError(f"{error}; nothing written or submitted") from None
+    return folder
+
+
+def trusted_model_folder(folder: Path) -> Path:
+    """The run's model folder, when it is the user's alone where it is there (hpc/run/trust.py)."""
+    try:
+        trust.check_model_folder(folder)
+    except trust.Untrusted as error:
+        raise UsageError(f"the run's model folder: {error}; nothing written or submitted") from None
+    return folder
 
 
 def check_numbers(args: argparse.Namespace, cluster: Cluster, time_limit: str) -> tuple[int, int, int]:
@@ -357,6 +376,7 @@ def prepare_run(spec: JobSpec, script: str, restart: bool) -> bool:
     script and secrets and claim its model folder. False (and nothing written) when the
     run is finished: there is nothing to submit."""
     run_dir = spec.run_dir
+    trusted_folder(run_dir.path)  # again, under the lock: what is written next must stay the user's
     note = integrity(spec, restart)
     if restart:
         restart_run(spec)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import os
 import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -72,14 +73,12 @@ def sweep_dir(args: argparse.Namespace, registry: Registry) -> SweepDir:
     cluster = registry.detect(args.cluster).cluster
     name = check_job_name(args.job_name)
     runs_dir = resolve_runs_dir(args.runs_dir, env_layers(cluster, args.env), outer_env(cluster, name))
-    return SweepDir(runs_dir / name)
+    return SweepDir(single_run.trusted_folder(runs_dir / name))
 
 
 def sweep_members(args: argparse.Namespace, sweep: SweepDir) -> list[sweeps.Member]:
     """The flags' expansion; without flags, every run the sweep has had."""
-    if sweep.ledger.exists():
-        raise UsageError(f"--job_name {sweep.name!r} is a run, not a sweep ({sweep.path} has a ledger): "
-                         "give the sweep another name")
+    check_sweep_folder(sweep)
     if not (args.sweep or args.sweep_file):
         return sweeps.members_from_record(sweep.read_record() or {})
     axes = [sweeps.parse_sweep_flag(text) for text in args.sweep]
@@ -88,13 +87,28 @@ def sweep_members(args: argparse.Namespace, sweep: SweepDir) -> list[sweeps.Memb
     return sweeps.expand(sweep.name, sweeps.check_axes(axes, args.train_arg))
 
 
+def check_sweep_folder(sweep: SweepDir) -> None:
+    """A sweep's folder is new (missing or empty) or a sweep's (sweep.json, no ledger): a run's folder,
+    ledger or not (a launch that failed after writing its script), never gets a sweep's files."""
+    if os.path.lexists(sweep.ledger):
+        raise UsageError(f"--job_name {sweep.name!r} is a run, not a sweep ({sweep.path} has a ledger): "
+                         "give the sweep another name")
+    if not os.path.lexists(sweep.record_file) and os.path.isdir(sweep.path) and any(sweep.path.iterdir()):
+        held = ", ".join(sorted(p.name for p in sweep.path.iterdir())[:4])
+        raise UsageError(f"--job_name {sweep.name!r} is not a sweep: {sweep.path} holds {held}, and no sweep.json "
+                         "(a run's files): give the sweep another name")
+
+
 def member_spec(args: argparse.Namespace, member: sweeps.Member, registry: Registry) -> JobSpec:
     """The run's JobSpec: the launch's flags with the run's name and values."""
     run_args = copy.copy(args)
     run_args.job_name = member.name
     run_args.train_arg = [*args.train_arg, *member.overrides]
     try:
-        return single_run.spec_from_args(run_args, registry)
+        spec = single_run.spec_from_args(run_args, registry)
+        if os.path.lexists(SweepDir(spec.run_dir.path).record_file):
+            raise UsageError(f"{spec.run_dir.path} is a sweep's folder (it has sweep.json), not a run's")
+        return spec
     except UsageError as error:
         raise UsageError(f"sweep run {member.name} ({member.describe()}): {error}") from None
 
@@ -302,6 +316,7 @@ def prepared(run: Planned, sweep: str, restart: bool) -> bool:
 
 def write_pack_files(spec: JobSpec) -> None:
     """The pack's script and secrets in the sweep's directory (the script is never overwritten)."""
+    single_run.trusted_folder(spec.run_dir.path)
     spec.run_dir.make_dirs(spec.run_dir.logs_dir)
     spec.run_dir.write_new(spec.script_path, single_run.checked_script(spec).encode(), 0o755)
     single_run.write_secrets(spec.run_dir, spec.env.secret_values())

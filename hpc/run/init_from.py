@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from hpc.digits import is_count
 from hpc.errors import UsageError
 from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints, step_dir
-from hpc.run.rundir import RunDir, utc_now
+from hpc.run.rundir import RunDir, make_folders, utc_now
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,17 @@ def seed(model_dir: Path, source: Source) -> Path:
     folder and a rename: a half-copied adapter is never a checkpoint)."""
     target = step_dir(model_dir, 0)
     partial = target.with_name(f".0000.copying-{os.getpid()}")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(target.parent)
     shutil.copytree(source.path, partial)
+    take_away_others_write(partial)
     os.rename(partial, target)
     return target
+
+
+def take_away_others_write(folder: Path) -> None:
+    """copytree copies the source's modes (a neighbour's 0777 checkpoint stays 0777, whatever the
+    umask): the new run's copy is writable by its owner alone (hpc/run/trust.py)."""
+    for path in [folder, *folder.rglob("*")]:
+        info = path.lstat()
+        if not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022:
+            path.chmod(stat.S_IMODE(info.st_mode) & ~0o022)

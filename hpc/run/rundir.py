@@ -31,7 +31,9 @@ Layout of ``<runs_dir>/<job_name>/``::
 Nothing here follows a link below the run's folder, reading or writing (OutsideRun: a ``report/``
 that links elsewhere is refused, not written through), and every record read is checked against its
 file's fields (hpc/run/fields.py): one that does not fit is skipped and named in ``RunDir.unreadable``,
-so a corrupt record costs that record, never a reader's view of the run or of other runs.
+so a corrupt record costs that record, never a reader's view of the run or of other runs. The launcher
+and the job use a run's folder only when it is the user's alone (hpc/run/trust.py); folders are made
+0755 whatever the umask (``make_folders``).
 
 A sweep (hpc/launcher/sweeps.py) also has ``<runs_dir>/<sweep>/`` (``SweepDir``): ``sweep.json``
 (its runs and their values), ``scripts/`` and ``logs/`` of the pack jobs that run
@@ -381,8 +383,8 @@ class SweepDir(RunDir):
 #
 # A run's files are reached from its folder without following a link: a ``report`` that links to
 # another folder, a ``report.md``, ``ledger.jsonl`` or log that links to a file elsewhere, is
-# refused (OutsideRun), never read or written through. The run's own folder may be a link (a
-# user's runs on another filesystem); nothing below it is. Every reader and writer of the run
+# refused (OutsideRun), never read or written through. The run's own folder may be a link for
+# its readers; the launcher and the job refuse one (hpc/run/trust.py). Nothing below it is followed. Every reader and writer of the run
 # directory goes through these functions (RunDir's methods pass ``root``, the run's folder).
 
 MAX_READ_BYTES = 256 * 1024 * 1024  # a run's file larger than this is not read (a runaway or hostile one)
@@ -418,7 +420,7 @@ def folder_inside(root: Path, parts: tuple[str, ...], create: bool = False) -> I
     """A descriptor of the folder ``root/parts...``, reached without following a link below
     ``root`` (made on the way when ``create``)."""
     if create:
-        root.mkdir(parents=True, exist_ok=True)
+        make_folders(root)
     fd = os.open(root, _DIR_FLAGS)
     try:
         for depth, name in enumerate(parts, 1):
@@ -434,6 +436,18 @@ def folder_inside(root: Path, parts: tuple[str, ...], create: bool = False) -> I
         yield fd
     finally:
         os.close(fd)
+
+
+def make_folders(path: Path, mode: int = 0o755) -> None:
+    """``path`` and the folders above it that are missing, each made with ``mode`` (never writable
+    by group or others, whatever the umask: ``mkdir -p`` gives the folders above the umask's mode)."""
+    missing = []
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, mode)
 
 
 def open_inside(root: Path, path: Path, flags: int, mode: int = 0o644) -> int:
@@ -504,9 +518,11 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644, root: Path | 
                 handle.write(data)
                 os.fchmod(handle.fileno(), mode)
             os.replace(temporary, parts[-1], src_dir_fd=folder, dst_dir_fd=folder)
-        except BaseException:
+        except BaseException as error:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary, dir_fd=folder)
+            if isinstance(error, OSError) and error.filename == temporary:  # say the file, not its stand-in
+                raise type(error)(error.errno, error.strerror, str(path)) from None
             raise
 
 
@@ -612,7 +628,7 @@ def append_jsonl(path: Path, record: dict[str, Any], root: Path | None = None) -
     file goes is refused at once, never waited on)."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
     if root is None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folders(path.parent)
         fd = os.open(path, flags, 0o644)
     else:
         fd = open_inside(root, path, flags)

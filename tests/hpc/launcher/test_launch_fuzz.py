@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import stat
 import tempfile
 from pathlib import Path
 from unittest import mock
@@ -103,3 +104,108 @@ def test_any_input_is_a_dry_run_or_one_line_never_a_traceback_a_secret_or_a_writ
         assert "Traceback" not in out + err
         assert SECRET not in out + err
         assert sorted(p.name for p in tmp.iterdir()) == (["sweep.yaml"] if sweep_file is not None else [])
+
+
+# -- run folders someone else owns, can write, or links (issue 39): refused exactly then ----------
+
+NEIGHBOUR = 12345
+RUNS_STATES = mostly(st.sampled_from(["missing", "ours", "shared-sticky"]),
+                     st.sampled_from(["others-writable", "group-writable", "neighbour's", "file", "fifo", "read-only"]))
+FOLDER_STATES = mostly(st.sampled_from(["missing", "ours"]),
+                       st.sampled_from(["others-writable", "group-writable", "neighbour's", "link", "file", "fifo"]))
+ENTRY_STATES = mostly(st.just("sound"), st.sampled_from(["group-writable", "others-writable", "neighbour's", "link",
+                                                         "wrong-kind", "readable"]))
+SPOILED_RUNS = {"others-writable", "group-writable", "neighbour's", "file", "fifo", "read-only"}
+
+
+@st.composite
+def run_folders(draw) -> tuple[str, str, dict[str, str], int]:
+    """The runs directory's state, the run folder's, some of its entries' (trust.ENTRIES) and a umask."""
+    from hpc.run.trust import ENTRIES
+
+    names = [e.name for e in ENTRIES if e.name != "sweep.json"]  # a sweep.json makes the folder a sweep's
+    entries = draw(st.dictionaries(st.sampled_from(names), ENTRY_STATES, max_size=4))
+    return draw(RUNS_STATES), draw(FOLDER_STATES), entries, draw(st.sampled_from([0o022, 0o002, 0o000, 0o077]))
+
+
+def make_place(path: Path, state: str, folder: bool, outside: Path) -> None:
+    """``path`` in ``state``: a folder (or, not ``folder``, a file) that is sound or spoiled one way."""
+    if state in ("missing",):
+        return
+    if state == "link":
+        path.symlink_to(outside)
+    elif state == "file" or (state == "wrong-kind" and folder) or (not folder and state != "wrong-kind"):
+        path.write_text("x\n")
+    elif state == "fifo" or state == "wrong-kind":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    if state in ("link", "wrong-kind", "fifo", "file"):
+        return
+    path.chmod({"others-writable": 0o757, "group-writable": 0o775, "shared-sticky": 0o1777, "read-only": 0o555,
+                "readable": 0o644}.get(state, 0o755 if folder else 0o600))
+    if state == "neighbour's":
+        os.chown(path, NEIGHBOUR, NEIGHBOUR)
+
+
+def spoiled(runs: str, folder: str, entries: dict[str, str]) -> bool:
+    """Whether the drawn places hold anything someone else could change (the rule, stated apart from its code)."""
+    if runs in SPOILED_RUNS or folder not in ("missing", "ours"):
+        return True
+    secrets_readable = entries.get("secrets.env") == "readable"
+    return folder == "ours" and (secrets_readable or any(s not in ("sound", "readable") for s in entries.values()))
+
+
+def tree_of(root: Path) -> dict[str, tuple[int, int, bytes | None]]:
+    return {str(p): (os.lstat(p).st_uid, os.lstat(p).st_mode, p.read_bytes() if p.is_file() and not p.is_symlink()
+                     and not stat.S_ISFIFO(os.lstat(p).st_mode) else None) for p in [root, *root.rglob("*")]}
+
+
+def launch_into(runs: Path, *extra: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.object(single_run.slurm, "sbatch_path", lambda: None), \
+            mock.patch.object(single_run.slurm, "require_sbatch", lambda: "/usr/bin/sbatch"), \
+            mock.patch.object(single_run.slurm, "submit", lambda script, dependency=None: "4242"), \
+            mock.patch.object(single_run.slurm, "active_jobs", lambda ids: {}), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = launch.main(["--cluster=local", "--job_name=nb2", "--time_limit=30", f"--runs_dir={runs}",
+                            "--entrypoint=tests.doubles.step_trainer", "--no_preflight",
+                            f"--env=WANDB_API_KEY={SECRET}", *extra])
+    return code, out.getvalue(), err.getvalue()
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(place=run_folders())
+def test_a_run_folder_is_launched_into_exactly_when_no_one_else_can_change_it(place):
+    runs_state, folder_state, entries, umask = place
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        (tmp / "outside").mkdir()
+        runs, folder = tmp / "runs", tmp / "runs" / "nb2"
+        make_place(runs, "ours" if runs_state == "shared-sticky" and folder_state == "missing" else runs_state,
+                   True, tmp / "outside")
+        if runs_state == "shared-sticky":
+            runs.chmod(0o1777)
+        if runs.is_dir() and not runs.is_symlink():
+            make_place(folder, folder_state, True, tmp / "outside")
+        if folder.is_dir() and not folder.is_symlink():
+            for entry, state in entries.items():
+                is_folder = entry in ("scripts", "logs", "art")
+                make_place(folder / entry, state, is_folder, tmp / "outside")
+        refuse = spoiled(runs_state, folder_state if runs.is_dir() else "missing", entries if folder.is_dir() else {})
+        before = tree_of(tmp)
+        old = os.umask(umask)
+        try:
+            dry = launch_into(runs, "--dry_run")
+            real = launch_into(runs)
+        finally:
+            os.umask(old)
+        for code, out, err in (dry, real):
+            assert code == (2 if refuse else 0), (place, err)
+            assert SECRET not in out + err and "Traceback" not in err
+            assert code == 0 or (len(err.splitlines()) == 1 and err.startswith("hpc.launch: error: ")), err
+        if refuse:
+            assert tree_of(tmp) == before, place
+        else:
+            made = {p: mode for p, (_, mode, _) in tree_of(folder).items() if p not in before}
+            assert made and not [p for p, mode in made.items() if mode & 0o022 and not stat.S_ISLNK(mode)], made

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hpc.errors import UsageError
-from hpc.launcher import launch
+from hpc.launcher import launch, single_run
 from hpc.launcher.clusters import load_registry
 from hpc.launcher.envfiles import MAX_REFERENCE_DEPTH
 from hpc.launcher.jobspec import PRINTED_SETTINGS, env_layers
@@ -212,3 +212,35 @@ def test_a_sweep_value_with_a_control_character_is_refused_in_one_line(capsys, t
 
 def test_an_error_quoting_a_value_with_a_newline_stays_one_line(capsys, tmp_path):
     assert "\\n" in refused(capsys, tmp_path, "--train_arg", "model_name=a\nb", "--train_arg", "seed=2\n3")
+
+
+# -- issue 39 item 12: sbatch options with which no job of the user's is submitted ------------
+
+@pytest.mark.parametrize("option", ["--test-only", "--test", "-h", "--usage", "-V", "--wrap=true", "--uid=0"])
+def test_an_sbatch_arg_that_submits_no_job_is_refused_before_anything_is_written(capsys, tmp_path, monkeypatch,
+                                                                                option):
+    assert "--sbatch_arg" in refused(capsys, tmp_path, f"--sbatch_arg={option}")
+    submitted: list[Path] = []
+    monkeypatch.setattr(single_run.slurm, "require_sbatch", lambda: "/usr/bin/sbatch")
+    monkeypatch.setattr(single_run.slurm, "submit", lambda script, dependency=None: submitted.append(script) or "1")
+    code = launch.main(["--cluster", "local", "--job_name", "t1", "--time_limit", "30", "--runs_dir",
+                        str(tmp_path / "runs"), "--no_preflight", f"--sbatch_arg={option}"])
+    assert code == 2 and "--sbatch_arg" in capsys.readouterr().err
+    assert not submitted and not (tmp_path / "runs").exists()
+
+
+# -- issue 39 item 11: bash's own variables, which `bash -n` passes and the job dies on ------------
+
+@pytest.mark.parametrize("setting", ["UID=5", "SHELLOPTS=xtrace", "EUID=0", "BASHOPTS=extglob", "PPID=1",
+                                     "IFS=x", "BASH_ENV=/tmp/x.sh"])
+def test_a_bash_variable_the_job_script_cannot_export_is_refused_by_the_dry_run(capsys, tmp_path, setting):
+    name = setting.split("=")[0]
+    err = refused(capsys, tmp_path, "--env", setting)
+    assert f"--env sets {name}, which is bash's own" in err
+
+
+def test_a_bash_read_only_variable_in_the_repos_env_is_refused_too(tmp_path):
+    layer_file = tmp_path / ".env"
+    layer_file.write_text("SHELLOPTS=xtrace\n")
+    with pytest.raises(UsageError, match="sets SHELLOPTS, which is bash's own, read-only"):
+        env_layers(load_registry().clusters["local"], [], repo_dir=tmp_path)

@@ -58,3 +58,17 @@ def test_a_user_layer_is_refused_exactly_for_managed_names(name, internet, allow
         return
     with pytest.raises(UsageError, match=rf"^--env sets {name}, which is .*: remove it$"):
         refuse_managed(layer, "c", internet)
+
+
+@pytest.mark.parametrize("name, fragment", [
+    ("UID", "read-only: the job script would stop at it"), ("SHELLOPTS", "read-only"), ("EUID", "read-only"),
+    ("BASHOPTS", "read-only"), ("PPID", "read-only"), ("BASH_VERSINFO", "read-only"),
+    ("IFS", "changes how bash runs the job script"), ("BASH_ENV", "changes how bash runs"),
+    ("POSIXLY_CORRECT", "changes how bash runs"), ("RANDOM", "loses what bash keeps in it"),
+    ("PIPESTATUS", "loses what bash keeps"),
+])
+def test_a_user_layer_setting_bashs_own_variables_is_refused_on_every_cluster(name, fragment):
+    for internet in (True, False):
+        with pytest.raises(UsageError, match=rf"^--env sets {name}, which is bash's own.*: remove it$") as caught:
+            refuse_managed(EnvLayer("--env", {name: "xtrace"}), "c", internet)
+        assert fragment in str(caught.value)

@@ -93,11 +93,26 @@ def test_every_spelling_of_a_managed_or_unreadable_option_is_refused_in_one_line
     ["--comment", "-o/tmp/x"],  # sbatch takes the next word as --comment's value, whatever it looks like
     ["-ko/tmp/x"],  # -k takes an optional value: o/tmp/x is -k's, not -o's
     ["--hold"], ["-H"], ["--exclusive"], ["--exclusive=user"], ["--time-min=30"], ["--gres-flags=enforce-binding"],
-    ["--mem-per-gpu=10G"], ["--wait-all-nodes=1"], ["--usa"], ["--tres-per-task=gres/gpu:1"],  # a newer sbatch's
+    ["--mem-per-gpu=10G"], ["--wait-all-nodes=1"], ["--tres-per-task=gres/gpu:1"],  # a newer sbatch's
     ["-s"], ["--nice=5"], ["--exclude n1"], ["-x n1"], ["  --mail-type=END  "],
 ])
 def test_options_the_launcher_does_not_manage_pass(lines):
     assert refusal(lines) is None
+
+
+@pytest.mark.parametrize("lines, fragment", [
+    (["--test-only"], "--test-only': a dry run (--dry_run) asks sbatch --test-only itself"),
+    (["--test"], "sbatch reads --test as --test-only"),
+    (["--mail-type=END --test-only"], "asks sbatch --test-only itself"),
+    (["-h"], "sbatch reads -h as --help"), (["-vh"], "sbatch reads -h as --help"), (["--help"], "print its help"),
+    (["--usage"], "print its usage"), (["--usa"], "sbatch reads --usa as --usage"),
+    (["-V"], "sbatch reads -V as --version"), (["--version"], "print its version"),
+    (["--wrap=true"], "run that command instead of the job script"), (["--wrap true"], "instead of the job script"),
+    (["--uid=0"], "the job runs as you"), (["--gid=0"], "the job runs as you"),
+])
+def test_an_option_with_which_sbatch_submits_no_job_of_the_users_is_refused(lines, fragment):
+    message = refusal(lines)
+    assert message is not None and fragment in message and "\n" not in message, message
 
 
 def test_the_table_is_consistent():

@@ -81,6 +81,45 @@ def test_a_sweep_cannot_take_the_name_of_a_run(capsys, tmp_path):
     assert code == 2 and "is a run, not a sweep" in err
 
 
+def folder_state(folder: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+
+
+def launch_for_real(monkeypatch, capsys, runs: Path, *extra: str) -> tuple[int, str]:
+    """A launch (not a dry run) against a Slurm that accepts everything."""
+    monkeypatch.setattr(single_run.slurm, "require_sbatch", lambda: "/usr/bin/sbatch")
+    monkeypatch.setattr(single_run.slurm, "submit", lambda script, dependency=None: "77")
+    monkeypatch.setattr(single_run.slurm, "active_jobs", lambda ids: {})
+    code, _, err = run_main(capsys, *[a for a in sweep_args(runs, *extra) if a != "--dry_run"], "--no_preflight")
+    return code, err
+
+
+@pytest.mark.parametrize("pack", ["off", "2"])
+def test_a_sweep_named_like_a_run_without_a_ledger_writes_nothing_into_its_folder(capsys, tmp_path, monkeypatch, pack):
+    run = tmp_path / "lr_sweep"  # a run whose launch stopped after writing its script and secrets
+    (run / "scripts").mkdir(parents=True)
+    (run / "scripts" / "20260101T000000Z-1.sbatch").write_text("#!/bin/bash\n")
+    (run / "secrets.env").write_text("WANDB_API_KEY=k\n")
+    (run / "secrets.env").chmod(0o600)
+    before = folder_state(run)
+    code, _, err = run_main(capsys, *sweep_args(tmp_path, "--sweep", "seed=1,2", "--pack", pack))
+    assert code == 2 and "'lr_sweep' is not a sweep" in err and "no sweep.json" in err, err
+    code, err = launch_for_real(monkeypatch, capsys, tmp_path, "--sweep", "seed=1,2", "--pack", pack)
+    assert code == 2 and "is not a sweep" in err and len(err.splitlines()) == 1, err
+    assert folder_state(run) == before and sorted(p.name for p in tmp_path.iterdir()) == ["lr_sweep"]
+
+
+def test_a_sweeps_run_named_like_another_sweeps_folder_is_refused(capsys, tmp_path, monkeypatch):
+    other = SweepDir(tmp_path / "lr_sweep.seed=1")
+    other.write_record({"sweep": "lr_sweep.seed=1", "runs": [{"name": "lr_sweep.seed=1.x=1", "values": [["x", "1"]]}]})
+    before = folder_state(other.path)
+    for launcher in (lambda: run_main(capsys, *sweep_args(tmp_path, "--sweep", "seed=1,2"))[::2],
+                     lambda: launch_for_real(monkeypatch, capsys, tmp_path, "--sweep", "seed=1,2")):
+        code, err = launcher()
+        assert code == 2 and "sweep run lr_sweep.seed=1 (seed=1)" in err and "is a sweep's folder" in err, err
+    assert folder_state(other.path) == before and not (tmp_path / "lr_sweep").exists()
+
+
 def test_launching_a_sweep_by_name_alone_acts_on_all_its_runs(capsys, tmp_path):
     SweepDir(tmp_path / "lr_sweep").write_record(
         {"sweep": "lr_sweep", "runs": [{"name": "lr_sweep.seed=1", "values": [["seed", "1"]]},

@@ -2,7 +2,8 @@
 progress, steps, validations, stops, start-ups, model.json, the done and failed markers, the
 sweep and serve records, the report's folder) filled with random bytes, JSON of the wrong kinds,
 NaN and Infinity, nesting deeper than the parser goes, or replaced by a link out of the run, a
-folder or a FIFO. status (hpc.run.monitor's runs view, what status.sh prints), hpc.accounting
+folder or a FIFO; files and the run's folder itself owned by someone else or writable by anyone
+(the launcher and the job refuse such a folder: tests/hpc/launcher/test_launch_fuzz.py). status (hpc.run.monitor's runs view, what status.sh prints), hpc.accounting
 and hpc.report on that run and on a sound run beside it must: exit 0 or 2, say an error in one
 line, never raise, never write outside the run directory, and still show the sound run."""
 
@@ -46,7 +47,10 @@ contents = st.one_of(
                      b'{"step": ' + b"9" * 5000 + b"}", b'{"event": "submit", "job_id": "1", "time": "' + NOW.encode()
                      + b'"}\n[1]\n']),
     st.sampled_from(["link-to-file", "link-to-folder", "relative-link", "folder", "fifo"]),
+    lines.map(lambda ls: (b"\n".join(ls) + b"\n", "neighbour's")), lines.map(lambda ls: (b"\n".join(ls), "mode 0666")),
 )
+NEIGHBOUR = 12345  # someone else: the tests run as root, and chown to them
+FOLDER_OWNERS = st.sampled_from(["ours", "neighbour's", "mode 0777", "neighbour's, mode 0777"])
 hostile = st.dictionaries(st.sampled_from(FILES), contents, min_size=1, max_size=6)
 
 
@@ -70,7 +74,10 @@ def plant(run: RunDir, name: str, content: bytes | str, outside: Path) -> None:
         path.unlink()
     elif path.is_dir():
         return  # a folder planted before (report/ under report/report.md): leave it
-    if isinstance(content, bytes):
+    if isinstance(content, tuple):  # bytes someone else owns, or anyone may write
+        path.write_bytes(content[0])
+        spoil(path, content[1])
+    elif isinstance(content, bytes):
         path.write_bytes(content)
     elif content == "link-to-file":
         path.symlink_to(outside / "secret")
@@ -82,6 +89,14 @@ def plant(run: RunDir, name: str, content: bytes | str, outside: Path) -> None:
         path.mkdir()
     else:
         os.mkfifo(path)
+
+
+def spoil(path: Path, how: str) -> None:
+    """``path`` made someone else's (``neighbour's``) and/or writable by anyone (``mode 0666``/``0777``)."""
+    if "neighbour's" in how:
+        os.chown(path, NEIGHBOUR, NEIGHBOUR)
+    if "mode" in how:
+        path.chmod(int(how.rsplit(" ", 1)[1], 8))
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -108,8 +123,9 @@ def status(runs: Path) -> Callable[[], int]:
 @pytest.mark.slurm
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(planted=hostile)
-def test_a_hostile_run_directory_breaks_no_view_and_is_written_outside_of_never(slurm, capsys, planted) -> None:
+@given(planted=hostile, folder=FOLDER_OWNERS)
+def test_a_hostile_run_directory_breaks_no_view_and_is_written_outside_of_never(slurm, capsys, planted,
+                                                                                folder) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         runs, outside = Path(scratch) / "runs", Path(scratch) / "outside"
         outside.mkdir()
@@ -119,6 +135,7 @@ def test_a_hostile_run_directory_breaks_no_view_and_is_written_outside_of_never(
         ledger.append(bad, Submit(job_id="local-2", cluster="local"))
         for name, content in planted.items():
             plant(bad, name, content, outside)
+        spoil(bad.path, folder)
         before = snapshot(outside)
 
         _, shown, _ = called(status(runs), capsys)

@@ -84,6 +84,19 @@ def test_init_from_copies_the_adapter_as_step_0_of_the_new_runs_own_folder(capsy
     assert (lineage["run"], lineage["step"]) == ("base", 1)
 
 
+def test_init_from_a_checkpoint_others_may_write_copies_it_writable_by_the_owner_alone(capsys, tmp_path, art,
+                                                                                       sbatch):
+    runs = tmp_path / "runs"
+    assert main(capsys, *launch_args(runs, art, "base"))[0] == 0
+    source = save(model_of(art, "base"), 1) or ck.step_dir(model_of(art, "base"), 1)
+    for path in [source, *source.rglob("*")]:
+        path.chmod(0o777 if path.is_dir() else 0o666)
+    assert main(capsys, *launch_args(runs, art, "tuned", "--init_from", "base:1"))[0] == 0
+    copied = ck.step_dir(model_of(art, "tuned"), 0)
+    modes = {str(p): oct(p.stat().st_mode & 0o777) for p in [copied, *copied.rglob("*")]}
+    assert modes and not [p for p, mode in modes.items() if int(mode, 8) & 0o022], modes
+
+
 @pytest.mark.parametrize("spec, fragment", [
     ("base:9", "run base has no complete checkpoint at step 9 (complete steps: 0, 2)"),
     ("nobody", "is not a run directory with checkpoints"),

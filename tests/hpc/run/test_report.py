@@ -287,6 +287,18 @@ def test_the_report_is_never_written_through_a_link(tmp_path: Path, capsys, wher
         assert code == 0 and not link.is_symlink()
 
 
+@pytest.mark.parametrize("where", ["report/report.md", "report/training.png"])
+def test_a_folder_where_a_report_file_goes_is_named_not_its_temporary_file(tmp_path: Path, capsys, where) -> None:
+    run = RunDir(tmp_path / "r")
+    for step in (1, 2):
+        run.append_step({"step": step, "reward_mean": 0.5})
+    (run.path / where).mkdir(parents=True)
+    assert report_main([str(run.path)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == f"hpc.report: error: cannot write the report: {run.path / where}: Is a directory", line
+    assert sorted(p.name for p in run.report_dir.iterdir() if p.name.startswith(".")) == []  # no temporary left
+
+
 @pytest.mark.parametrize("name", ["", ".", ".."])
 def test_a_run_name_that_names_a_folder_around_the_runs_is_refused(tmp_path: Path, capsys, name) -> None:
     assert report_main([name, "--runs_dir", str(tmp_path)]) == 2
