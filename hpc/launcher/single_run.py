@@ -10,6 +10,7 @@ import argparse
 import os
 import shlex
 import subprocess
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,7 +49,7 @@ from hpc.launcher.network import tunnel_for
 from hpc.launcher.render import render
 from hpc.launcher.sbatch_options import check_sbatch_args
 from hpc.launcher.timelimit import parse_time_limit
-from hpc.run import init_from, ledger, ownership
+from hpc.run import init_from, lease, ledger, ownership
 from hpc.run.checkpoints import latest_complete, model_dir
 from hpc.run.ledger import Chain, Submit
 from hpc.run.rundir import RunDir
@@ -340,7 +341,14 @@ def submit_run(spec: JobSpec, script: str, argv: list[str], restart: bool) -> in
 
 
 def refuse_active(spec: JobSpec) -> None:
-    active = slurm.active_jobs(ledger.job_ids(ledger.read(spec.run_dir)))
+    """Refuse a run whose job trains (its lease: hpc/run/lease.py) or waits or runs in the queue."""
+    holder = lease.read(spec.run_dir)
+    if not lease.free(holder, time.time()) and holder is not None:
+        raise ActiveJobs(f"run {spec.job_name} is held by {holder.holder()} (its lease, renewed at {holder.renewed}, "
+                         f"lapses {lease.LEASE_SECONDS:.0f} s after its last renewal); nothing submitted "
+                         "(scancel it first, or choose another --job_name)")
+    records = ledger.read(spec.run_dir)
+    active = slurm.active_jobs(ledger.job_ids(records), ledger.open_jobs(records))
     if active:
         listed = ", ".join(f"{job} ({state})" for job, state in active.items())
         raise ActiveJobs(f"run {spec.job_name} already has active job(s) {listed}; nothing submitted "

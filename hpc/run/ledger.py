@@ -2,7 +2,7 @@
 
 Each kind of event is one frozen dataclass with its fields (docs/design.md, "Ledger records"):
 ``Submit``, ``Chain``, ``JobStart``, ``JobEnd``, ``Requeue``, ``Successor``, ``Resubmit``,
-``Cancelled``, ``Done``, ``Failed``. ``append`` writes one as the JSON line runs on clusters
+``Cancelled``, ``Done``, ``Failed``, ``LeaseHeld``, ``SlurmUnknown``. ``append`` writes one as the JSON line runs on clusters
 already have (``event`` and ``time`` first; a field listed in a kind's ``OMITTED`` only when
 set); ``read`` gives them back typed, oldest first. Lines are read as every record of a run
 directory is (hpc/run/rundir.py, hpc/run/fields.py), with the fields of their event's class: a
@@ -17,11 +17,13 @@ its continuations, its newest launch) is here too, once. Stdlib only.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import types
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar, get_args, get_origin, get_type_hints
 
 from hpc.run import fields as kinds
@@ -114,13 +116,14 @@ class JobEnd(JobRecord):
     (``exit_code`` None, a ``note`` and the ``slurm_state`` accounting gives it)."""
 
     EVENT = "job_end"
-    OMITTED = frozenset({"error", "note", "slurm_state"})
+    OMITTED = frozenset({"error", "note", "slurm_state", "signal"})
     exit_code: int | None = None
     step: int | None = None
     outcome: str = Outcome.FAILED
     error: str | None = None  # a failed job's error line
     note: str | None = None
     slurm_state: str | None = None
+    signal: str | None = None  # the first stop signal the job's shell got: USR1 (time) or TERM (scancel, preemption)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,8 +181,30 @@ class Failed(Record):
     error: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class LeaseHeld(JobRecord):
+    """``job_id`` started, found the run held by ``holder`` (its lease renewed: hpc/run/lease.py) and
+    ended at once, touching nothing: Slurm had started two jobs of one run."""
+
+    EVENT = "lease_held"
+    holder: str = ""
+    holder_host: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmUnknown(JobRecord):
+    """A hook of ``job_id`` could not learn what it needed from Slurm (an error, a timeout, an answer
+    that contradicts this ledger) after asking for ``waited`` seconds, and so did not do ``held_back``."""
+
+    EVENT = "slurm_unknown"
+    asked: str = ""
+    why: str = ""
+    waited: int = 0
+    held_back: str = ""
+
+
 KINDS: dict[str, type[Record]] = {kind.EVENT: kind for kind in (
-    Submit, Chain, JobStart, JobEnd, Requeue, Successor, Resubmit, Cancelled, Done, Failed)}
+    Submit, Chain, JobStart, JobEnd, Requeue, Successor, Resubmit, Cancelled, Done, Failed, LeaseHeld, SlurmUnknown)}
 R = TypeVar("R", bound=Record)
 
 
@@ -285,6 +310,18 @@ def job_ids(records: Iterable[Record]) -> list[str]:
     return list(ids)
 
 
+def open_jobs(records: Iterable[Record]) -> list[str]:
+    """The jobs whose last ``job_start`` has no ``job_end`` after it: running, as far as the ledger knows
+    (or lost without their end hook, which only Slurm can tell)."""
+    opened: dict[str, None] = {}
+    for record in records:
+        if isinstance(record, JobStart):
+            opened[record.job_id] = None
+        elif isinstance(record, JobEnd):
+            opened.pop(record.job_id, None)
+    return list(opened)
+
+
 def continuations(records: Iterable[Record]) -> int:
     """Continuations so far = requeue + resubmit records (docs/design.md)."""
     return sum(1 for r in records if isinstance(r, (Requeue, Resubmit)))
@@ -309,3 +346,14 @@ def latest_launch(records: Iterable[Record]) -> Submit | None:
 def cluster_of(records: Iterable[Record]) -> str | None:
     """The cluster of the run's latest launch (submit and chain records name it)."""
     return next((r.cluster for r in reversed(list(records)) if isinstance(r, Launched) and r.cluster), None)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def resume_command(launch: Submit | None) -> str:
+    """The newest launch's command (its secrets already redacted in the ledger), run again."""
+    argv = launch.argv if launch is not None else []
+    words = " ".join(shlex.quote(word) for word in argv) if argv else "<the same arguments>"
+    secret = " (give the secret --env values shown as *** again)" if "***" in words else ""
+    return f"cd {shlex.quote(str(REPO))} && .venv/bin/python -m hpc.launch {words}{secret}"

@@ -4,7 +4,6 @@ resume them, and where a running serve job listens. One squeue and one sacct cal
 
 from __future__ import annotations
 
-import shlex
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -15,7 +14,7 @@ from hpc.run import accounting, ledger
 from hpc.run.checkpoints import latest_complete
 from hpc.run.health import Flag, HealthSettings, SettingError
 from hpc.run.health import check as health_check
-from hpc.run.ledger import JobStart, Record, Submit
+from hpc.run.ledger import JobStart, Record, resume_command
 from hpc.run.monitor.display import Failure, duration, printable, table
 from hpc.run.monitor.queue import user_queue
 from hpc.run.monitor.rundirs import read_marker, run_dirs
@@ -26,8 +25,6 @@ from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
 from hpc.slurm.output import latest_states
 from hpc.slurm.states import JobState
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def sacct_rows(job_ids: set[str]) -> list[accounting.SacctRow]:
@@ -90,14 +87,6 @@ def parked(run_dir: RunDir, records: list[Record], active: dict[str, str],
     started = [r.job_id for r in ledger.of_kind(records, JobStart)]
     ended = started[-1] if started else launch.job_id
     return Parked(ended, states.get(ended, ""), resume_command(launch))
-
-
-def resume_command(launch: Submit) -> str:
-    """The newest launch's command (its secrets already redacted in the ledger), run again."""
-    argv = launch.argv
-    words = " ".join(shlex.quote(word) for word in argv) if argv else "<the same arguments>"
-    secret = " (give the secret --env values shown as *** again)" if "***" in words else ""
-    return f"cd {shlex.quote(str(REPO))} && .venv/bin/python -m hpc.launch {words}{secret}"
 
 
 def run_row(run_dir: RunDir, job: str, state: str, records: list[Record],

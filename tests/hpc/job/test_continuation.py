@@ -91,7 +91,15 @@ def slurm_calls(monkeypatch) -> FakeSlurm:
     fake = FakeSlurm()
     monkeypatch.setattr(subprocess, "run", fake.run)
     monkeypatch.setattr(cont.signal, "signal", lambda *a: None)
+    no_patience(monkeypatch)
     return fake
+
+
+def no_patience(monkeypatch) -> None:
+    """Hooks that ask Slurm once: no time left to ask again (the retries are tested on their own)."""
+    monkeypatch.setattr(cont, "seconds_left", lambda job: 0.0)
+    monkeypatch.setattr(cont, "CANCEL_ASK_SECONDS", 0.0)
+    monkeypatch.setattr(cont.successor, "ASK_SECONDS", 0.0)
 
 
 def end_args(run: RunDir, model: Path, rc: int, mode: str = "afterany", job: str = "100",
@@ -221,7 +229,8 @@ def test_unclosed_start_finds_a_job_lost_before_its_end_hook():
     # `scancel`: COMPLETING, and accounting already says why
     ("JobId=7 JobState=COMPLETING Restarts=0", "CANCELLED by 0\n", 0, cont.SlurmView(cancelled=True)),
     ("JobId=7 JobState=COMPLETING Restarts=0", "TIMEOUT\n", 0, cont.SlurmView()),
-    ("", "", 0, cont.SlurmView()),  # Slurm did not answer: continue as usual
+    # accounting has no record yet: not cancelled as far as anyone knows, and the view says so
+    ("", "", 0, cont.SlurmView(cancel_unknown="sacct has not yet recorded job 7")),
 ])
 def test_slurm_view_reads_requeue_and_cancel_from_scontrol_and_sacct(monkeypatch, show, sacct, restart_count, view):
     answers = {"scontrol": show, "sacct": runs_text("7", sacct.split("\n")[:-1])}
@@ -325,9 +334,11 @@ def test_a_successor_records_a_predecessor_lost_without_its_end_hook_with_its_st
 
 def test_a_job_script_run_outside_slurm_queues_no_successor(run, model, slurm_calls):
     """SLURM_JOB_ID set by hand (a test runs the job script with bash): sbatch would accept a
-    dependency on that unknown id and run the script for real, so nothing is submitted."""
+    dependency on that unknown id and run the script for real, so nothing is submitted; neither
+    squeue nor sacct knows the job, and the ledger says so."""
+    slurm_calls.sacct = ""
     assert cont.begin(run, model, "4242", 0, SCRIPT) == 0
-    assert not [c for c in slurm_calls if c[0] == "sbatch"] and events(run) == ["job_start"]
+    assert not [c for c in slurm_calls if c[0] == "sbatch"] and events(run) == ["job_start", "slurm_unknown"]
 
 
 def test_a_successor_of_a_job_its_user_cancelled_stops_the_run(run, model, slurm_calls):
@@ -456,6 +467,7 @@ def test_a_refused_requeue_falls_back_to_afterany(run, model, monkeypatch):
 
     monkeypatch.setattr(subprocess, "run", fake_run)
     monkeypatch.setattr(cont.signal, "signal", lambda *a: None)
+    no_patience(monkeypatch)
     cont.end(end_args(run, model, 75, mode="requeue"))
     assert calls == ["scontrol", "sbatch"]
     assert events(run)[-1] == "resubmit" and ledger_lines(run)[-1]["job_id"] == "777"
