@@ -152,11 +152,12 @@ def take(run: RunDir, job_id: str, restart: int, shell_pid: int, wait: float = L
             lease = read(run)
             if lease is not None and lease.same_holder(job_id, restart) and not lease.released:
                 return Taken(lease)
-            if free(lease, time.time()) or (lease is not None and watch.stale(lease, clock())):
+            if lease is not None and watch.renewed(lease):
+                return Held(lease)
+            if lease is None or free(lease, time.time()) or watch.stale(lease, clock()):
                 write(run, fresh(job_id, restart, shell_pid, time.time()))
                 return Taken(lease)
-        assert lease is not None  # free() is true for no lease
-        if watch.renewed(lease) or clock() + WATCH_EVERY > deadline:
+        if clock() + WATCH_EVERY > deadline:
             return Held(lease)
         sleep(WATCH_EVERY)
 
