@@ -40,7 +40,7 @@ from hpc.slurm.output import run_order
 from hpc.slurm.states import QUEUED, JobState
 
 QUERY_TIMEOUT = 20  # seconds: a job near its limit asks briefly, and takes no answer as "not known"
-ASK_SECONDS = 60.0  # how long a begin hook asks again, and retries a submission, while Slurm does not answer
+ASK_SECONDS = 20.0  # how long a begin hook asks again, and retries a submission, while Slurm does not answer (its workload waits)
 
 
 def of(records: list[Record], job_id: str) -> str | None:
