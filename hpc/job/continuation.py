@@ -419,6 +419,7 @@ def start(run: RunDir, model_dir: Path, job_id: str, restart_count: int, limits:
     lost = unclosed_start(ledger.read(run))
     if lost is not None and not resume_after_lost_job(run, lost, current_step(model_dir), job_id, limits):
         return EXIT_NOTHING_TO_DO
+    record_takeover(run, job_id)
     quarantine_incomplete(model_dir)
     step = current_step(model_dir)
     ledger.append(run, JobStart(job_id=job_id, step=step, restart_count=restart_count,
@@ -439,6 +440,18 @@ def resume_after_lost_job(run: RunDir, lost: JobStart, step: int, job_id: str, l
         give_up(run, decision.reason, None)
         return False
     return True
+
+
+def record_takeover(run: RunDir, job_id: str) -> None:
+    """A successor whose predecessor's end hook continued nothing (Slurm's answer stayed unknown: a
+    ``slurm_unknown`` record) records that it continues the run, so the continuations are counted."""
+    records = ledger.read(run)
+    before = successor.predecessor(records, job_id)
+    if before is None or before == job_id or any(isinstance(r, (Resubmit, Requeue)) and getattr(r, "after", r.job_id)
+                                                 == before for r in records):
+        return
+    if any(isinstance(r, JobEnd) and r.job_id == before for r in records):
+        ledger.append(run, Resubmit(job_id=job_id, after=before, by=By.SUCCESSOR))
 
 
 def nothing_to_do(run: RunDir, job_id: str) -> str | None:

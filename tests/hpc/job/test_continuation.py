@@ -767,3 +767,13 @@ def test_the_end_hook_releases_the_run_for_the_next_job(run, model, slurm_calls)
     assert not cont.lease.read(run).released
     cont.end(end_args(run, model, 75))
     assert cont.lease.read(run).released
+
+
+def test_a_successor_whose_predecessor_continued_nothing_on_an_unknown_answer_records_that_it_goes_on(
+        run, model, slurm_calls):
+    started_with_successor(run)
+    write_record(run, "job_end", job_id="100", exit_code=75, step=0, outcome="stopped_for_time")
+    write_record(run, "slurm_unknown", job_id="100", asked="?", why="squeue failed", waited=30, held_back="submit")
+    assert cont.begin(run, model, "501", 0) == 0
+    assert [(r["job_id"], r["after"], r["by"]) for r in ledger_lines(run) if r["event"] == "resubmit"] == [
+        ("501", "100", "successor")]

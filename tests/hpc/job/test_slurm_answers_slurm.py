@@ -175,7 +175,7 @@ def faulted(mode: dict[str, str], during: Callable[[Case], None]) -> Callable[[C
 
 
 CASES = {
-    "lease": Case("sa_lease", ("--continuation", "afterany", "--time_limit", "2", "--train_arg", "steps=6",
+    "lease": Case("sa_lease", ("--continuation", "afterany", "--time_limit", "2", "--train_arg", "steps=10",
                                "--train_arg", "step_seconds=3"),
                   faulted({q: "empty" for q in QUERIES}, two_jobs_at_once), settle="queue", timeout=240),
     "squeue_empty": Case("sa_squeue_empty", ("--continuation", "afterany", "--train_arg", "steps=25"),
@@ -192,9 +192,15 @@ CASES = {
 @pytest.fixture(scope="module")
 def cases(slurm, tmp_path_factory):
     root = tmp_path_factory.mktemp("slurm_answers")
+    lease = CASES["lease"]
+    lease.error = None
+    lease.start(root)  # first, alone: its two jobs must start together, before the others take the CPUs
+    wait_until(lambda: len(lease.notes.get("jobs", ())) == 2
+               and set(queue_states(sorted(lease.notes["jobs"])).values()) == {"RUNNING"}, 90, "both jobs to run")
     for case in CASES.values():
-        case.error = None
-        case.start(root)
+        if case is not lease:
+            case.error = None
+            case.start(root)
     yield CASES
     for case in CASES.values():
         if case.run is not None and case.run.path.exists() and jobs(case.run):
@@ -210,7 +216,7 @@ def assert_one_trainer(run: RunDir, total: int | None = None) -> None:
 
 def test_two_jobs_of_one_run_started_at_once_with_every_query_answering_empty_train_it_once(cases):
     run = cases["lease"].result()
-    assert_one_trainer(run, 6)
+    assert_one_trainer(run, 10)
     (held,) = events(run, "lease_held")
     refused = held["job_id"]
     assert refused in cases["lease"].notes["jobs"] and held["holder"] != refused
