@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hpc.run import accounting, ledger
+from hpc.run import accounting, lease, ledger
 from hpc.run.checkpoints import latest_complete
 from hpc.run.health import Flag, HealthSettings, SettingError
 from hpc.run.health import check as health_check
@@ -24,7 +24,7 @@ from hpc.run.serving import address_of, ssh_line
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
 from hpc.slurm.output import latest_states
-from hpc.slurm.states import JobState
+from hpc.slurm.states import QUEUED, JobState
 
 
 def sacct_rows(job_ids: set[str]) -> list[accounting.SacctRow]:
@@ -70,9 +70,12 @@ class Parked:
     job: str  # the job that ended it
     state: str  # that job's state in accounting
     resume: str  # the command that resumes the run
+    unknown: str = ""  # not parked as far as the run directory knows: why Slurm's state of it is unknown
 
     @property
     def text(self) -> str:
+        if self.unknown:
+            return f"Slurm state unknown: {self.unknown}"
         return f"PARKED: job {self.job or '?'} ended {self.state or '?'} and nothing continues the run"
 
 
@@ -86,7 +89,20 @@ def parked(run_dir: RunDir, records: list[Record], active: dict[str, str],
         return None
     started = [r.job_id for r in ledger.of_kind(records, JobStart)]
     ended = started[-1] if started else launch.job_id
-    return Parked(ended, states.get(ended, ""), resume_command(launch))
+    return Parked(ended, states.get(ended, ""), resume_command(launch), unknown_state(run_dir, records, states))
+
+
+def unknown_state(run_dir: RunDir, records: list[Record], states: dict[str, str]) -> str:
+    """Why a run squeue shows no job of is not PARKED as far as its directory knows (its job holds the
+    run's lease, or the ledger shows a job running that accounting has not seen end), or ''."""
+    holder = lease.read(run_dir)
+    if holder is not None and not lease.free(holder, datetime.now(timezone.utc).timestamp()):
+        return f"squeue shows no job, but {holder.holder()} holds the run (lease renewed at {holder.renewed})"
+    running = [job for job in ledger.open_jobs(records) if states.get(job, "") in ("", *QUEUED)]
+    if running:
+        said = {job: states.get(job) or "not yet recorded by sacct" for job in running}
+        return "squeue omits job(s) the ledger shows running: " + ", ".join(f"{j} ({s})" for j, s in said.items())
+    return ""
 
 
 def run_row(run_dir: RunDir, job: str, state: str, records: list[Record],
@@ -256,7 +272,7 @@ def print_goodput(views: list[RunView]) -> None:
 
 def print_parked(views: list[RunView]) -> None:
     """Under the table, how to resume each parked run."""
-    parked_views = [v for v in views if v.parked is not None]
+    parked_views = [v for v in views if v.parked is not None and not v.parked.unknown]
     if parked_views:
         print("\nParked runs (no job queued, not finished, failed or cancelled): launch again to resume")
     for view in parked_views:
