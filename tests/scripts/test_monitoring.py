@@ -688,8 +688,9 @@ def test_scancelall_cancels_exactly_the_matching_jobs(slurm):
 
 
 def test_status_calls_a_run_whose_running_job_squeue_omits_slurm_state_unknown_not_parked(tmp_path):
-    """squeue answers empty (slurmctld failing over) while accounting still has job 13 RUNNING, and
-    another run's job holds its lease: neither is PARKED, and no resume command (a second job) is offered."""
+    """squeue answers empty (slurmctld failing over) while accounting still has job 13 RUNNING and job 21
+    (a successor) PENDING, and a job holds another run's lease: none is PARKED, and no resume command
+    (a second job) is offered."""
     runs = tmp_path / "runs"
     run = _progress_run(runs, "r-omitted", "13", step=5, total_steps=25)
     write_record(run, "job_start", job_id="13", step=0, restart_count=0)
@@ -697,11 +698,18 @@ def test_status_calls_a_run_whose_running_job_squeue_omits_slurm_state_unknown_n
     write_record(held, "job_start", job_id="30", step=0, restart_count=0)
     write_record(held, "job_end", job_id="30", exit_code=75, step=2, outcome="stopped_for_time")
     lease.take(held, "31", 0, os.getpid())
-    env = fake_slurm(tmp_path / "fake", jobs=[], states={"13": "RUNNING", "30": "COMPLETED"})
+    waiting = _progress_run(runs, "r-waiting", "20", step=5, total_steps=25)
+    write_record(waiting, "job_start", job_id="20", step=0, restart_count=0)
+    write_record(waiting, "successor", job_id="21", after="20")
+    write_record(waiting, "job_end", job_id="20", exit_code=75, step=5, outcome="stopped_for_time")
+    env = fake_slurm(tmp_path / "fake", jobs=[], states={"13": "RUNNING", "30": "COMPLETED", "20": "COMPLETED",
+                                                          "21": "PENDING"})
     result = run_script("status.sh", "--runs_dir", str(runs), env=env)
     assert result.returncode == 0, result.stderr
     table = result.stdout.split("\n\n", 1)[1]
-    assert _row(table, "r-omitted")[-1] == ("Slurm state unknown: squeue omits job(s) the ledger shows running: "
-                                            "13 (RUNNING)")
+    assert _row(table, "r-omitted")[-1] == ("Slurm state unknown: squeue omits job(s) of the run: "
+                                            "13 (RUNNING as far as sacct knows)")
     assert _row(table, "r-held")[-1].startswith("Slurm state unknown: squeue shows no job, but job 31 (restart 0)")
+    assert _row(table, "r-waiting")[-1] == ("Slurm state unknown: squeue omits job(s) of the run: "
+                                            "21 (PENDING as far as sacct knows)")
     assert "Parked runs" not in table

@@ -94,14 +94,17 @@ def parked(run_dir: RunDir, records: list[Record], active: dict[str, str],
 
 def unknown_state(run_dir: RunDir, records: list[Record], states: dict[str, str]) -> str:
     """Why a run squeue shows no job of is not PARKED as far as its directory knows (its job holds the
-    run's lease, or the ledger shows a job running that accounting has not seen end), or ''."""
+    run's lease; the ledger shows a job running that accounting has not seen end; accounting has a job
+    of it still queued), or ''."""
     holder = lease.read(run_dir)
     if holder is not None and not lease.free(holder, datetime.now(timezone.utc).timestamp()):
         return f"squeue shows no job, but {holder.holder()} holds the run (lease renewed at {holder.renewed})"
     running = [job for job in ledger.open_jobs(records) if states.get(job, "") in ("", *QUEUED)]
+    running += [job for job in ledger.job_ids(records) if job not in running and states.get(job, "") in QUEUED]
     if running:
         said = {job: states.get(job) or "not yet recorded by sacct" for job in running}
-        return "squeue omits job(s) the ledger shows running: " + ", ".join(f"{j} ({s})" for j, s in said.items())
+        return "squeue omits job(s) of the run: " + ", ".join(f"{j} ({s} as far as sacct knows)"
+                                                             if s in QUEUED else f"{j} ({s})" for j, s in said.items())
     return ""
 
 

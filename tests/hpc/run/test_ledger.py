@@ -19,9 +19,11 @@ from hpc.run.ledger import (
     Failed,
     JobEnd,
     JobStart,
+    LeaseHeld,
     Outcome,
     Requeue,
     Resubmit,
+    SlurmUnknown,
     Submit,
     Successor,
 )
@@ -49,6 +51,10 @@ EVERY_KIND = [
     Done(time=T, step=628),
     Failed(time=T, reason="2 failed job(s) in a row without progress", log_tail=None),
     Failed(time=T, reason="configuration error (exit 78)", log_tail="/r/logs/r-9.err", error="preflight check failed"),
+    LeaseHeld(time=T, job_id="10", holder="9", holder_host="n1"),
+    SlurmUnknown(time=T, job_id="9", asked="does this job's successor still wait", why="squeue failed: timed out",
+                 waited=30, held_back="submit a follow-up job"),
+    JobEnd(time=T, job_id="9", exit_code=75, step=5, outcome=Outcome.STOPPED, signal="TERM"),
 ]
 
 
@@ -83,6 +89,10 @@ def test_each_kind_is_written_as_the_documented_line(run: RunDir) -> None:
     assert lines[14] == {"event": "failed", "time": T, "reason": "2 failed job(s) in a row without progress",
                          "log_tail": None}
     assert lines[15]["error"] == "preflight check failed"
+    assert lines[16] == {"event": "lease_held", "time": T, "job_id": "10", "holder": "9", "holder_host": "n1"}
+    assert lines[17] == {"event": "slurm_unknown", "time": T, "job_id": "9", "asked": "does this job's successor "
+                         "still wait", "why": "squeue failed: timed out", "waited": 30, "held_back": "submit a follow-up job"}
+    assert lines[18]["signal"] == "TERM" and "signal" not in lines[5]
 
 
 def test_every_kind_reads_back_as_it_was_written(run: RunDir) -> None:
@@ -90,7 +100,7 @@ def test_every_kind_reads_back_as_it_was_written(run: RunDir) -> None:
         ledger.append(run, record)
     assert ledger.read(run) == EVERY_KIND
     assert set(KINDS) == {"submit", "chain", "job_start", "job_end", "requeue", "successor", "resubmit", "cancelled",
-                          "done", "failed"}
+                          "done", "failed", "lease_held", "slurm_unknown"}
 
 
 def test_a_ledger_written_line_by_line_as_runs_on_clusters_have_it_reads_typed(run: RunDir) -> None:
