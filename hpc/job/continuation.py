@@ -6,7 +6,8 @@ The job script (sbatch/_job_control.sh.j2) calls
     python -m hpc.job.continuation end   --run_dir D --model_dir M --exit_code RC --mode requeue|afterany|chain \
                                      --script S --max_resubmits N --max_failures N [--log_err PATH]
 
-``begin`` says whether there is anything to do (exit 10 when the run is done,
+``begin`` first takes the run's lease (hpc/run/lease.py: exit 12, touching nothing, when another
+job holds it, whatever Slurm says of that job), then says whether there is anything to do (exit 10 when the run is done,
 given up or cancelled by its user, or another job carries it: a chained job or
 a successor then ends at once), checks that the model folder is this run's own
 (exit 3 and the run marked failed when another run owns it: hpc/run/ownership.py),
@@ -29,6 +30,12 @@ its part of the .err log), and so do ``failed.json`` and the ledger's
 setup found a configuration error) or 2 (bad input) gives the run up at once; other failures
 are retried until ``--max_failures`` of them in a row made no progress,
 counted from the newest launch.
+
+Slurm's answers are known, known empty or unknown (hpc/slurm/answer.py): on an unknown one
+nothing is submitted, cancelled, given up or marked; the hook asks again within the time its job
+has left and records ``slurm_unknown``. ``sbatch`` and ``scontrol requeue`` are retried within
+the same time. The job's shell passes the first stop signal it got (``--signal``): a TERM with no
+USR1 before it is a cancel, never a stop for time, when accounting cannot say.
 
 Slurm is asked two things at the end, because a TERM alone does not say why
 it came: whether it has already requeued the job itself (preemption, an
