@@ -1,6 +1,7 @@
 """What the launcher asks of Slurm (through hpc/slurm, the one Slurm layer): whether sbatch is
 here at all (the message when it is not), the job script submitted (test-only and real),
-the run's jobs still in the queue; and the git commit a launch records.
+the run's jobs still in the queue (never "none" on an answer Slurm did not give: hpc/slurm/answer.py);
+and the git commit a launch records.
 """
 
 from __future__ import annotations
