@@ -81,11 +81,15 @@ hpc_require_slurm() {
 # sacct gives real records only when slurmdbd accounting is configured; without
 # it, it says "Slurm accounting storage is disabled" (with exit 0 or 1).
 hpc_require_accounting() {
-  local out
+  local out rc=0
   hpc_require_slurm sacct
-  if ! out=$(sacct -n -X -S now -E now -o JobID 2>&1) || [[ $out == *"accounting storage is disabled"* ]]; then
-    out=${out#sacct: }
+  out=$(sacct -n -X -S now -E now -o JobID 2>&1) || rc=$?
+  out=${out#sacct: }
+  if [[ $out == *"accounting storage is disabled"* ]]; then
     hpc_die "Slurm accounting is not available (sacct: ${out%%$'\n'*}); this view needs slurmdbd"
+  elif ((rc != 0)); then
+    # A sacct that fails for a moment (slurmdbd busy or failing over) is no proof there is no accounting.
+    hpc_die "sacct did not answer (${out%%$'\n'*}): Slurm's accounting is unknown for now; try again in a minute"
   fi
 }
 

@@ -6,7 +6,8 @@ The job script (sbatch/_job_control.sh.j2) calls
     python -m hpc.job.continuation end   --run_dir D --model_dir M --exit_code RC --mode requeue|afterany|chain \
                                      --script S --max_resubmits N --max_failures N [--log_err PATH]
 
-``begin`` says whether there is anything to do (exit 10 when the run is done,
+``begin`` first takes the run's lease (hpc/run/lease.py: exit 12, touching nothing, when another
+job holds it, whatever Slurm says of that job), then says whether there is anything to do (exit 10 when the run is done,
 given up or cancelled by its user, or another job carries it: a chained job or
 a successor then ends at once), checks that the model folder is this run's own
 (exit 3 and the run marked failed when another run owns it: hpc/run/ownership.py),
@@ -30,6 +31,12 @@ setup found a configuration error) or 2 (bad input) gives the run up at once; ot
 are retried until ``--max_failures`` of them in a row made no progress,
 counted from the newest launch.
 
+Slurm's answers are known, known empty or unknown (hpc/slurm/answer.py): on an unknown one
+nothing is submitted, cancelled, given up or marked; the hook asks again within the time its job
+has left and records ``slurm_unknown``. ``sbatch`` and ``scontrol requeue`` are retried within
+the same time. The job's shell passes the first stop signal it got (``--signal``): a TERM with no
+USR1 before it is a cancel, never a stop for time, when accounting cannot say.
+
 Slurm is asked two things at the end, because a TERM alone does not say why
 it came: whether it has already requeued the job itself (preemption, an
 admin's ``scontrol requeue``: continuing it again would start a second job on
@@ -45,17 +52,34 @@ import os
 import re
 import signal
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc.job import notify, successor
+from hpc.job import deadline, notify, successor
 from hpc.job.successor import resubmit
-from hpc.run import ledger, ownership
+from hpc.run import lease, ledger, ownership
 from hpc.run.checkpoints import latest_complete, quarantine_incomplete
-from hpc.run.ledger import By, Cancelled, Chain, Done, Failed, JobEnd, JobStart, Outcome, Record, Requeue, Resubmit
+from hpc.run.lease import EXIT_RUN_HELD
+from hpc.run.ledger import (
+    By,
+    Cancelled,
+    Chain,
+    Done,
+    Failed,
+    JobEnd,
+    JobStart,
+    LeaseHeld,
+    Outcome,
+    Record,
+    Requeue,
+    Resubmit,
+)
 from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
+from hpc.slurm import answer as answers
 from hpc.slurm import calls
+from hpc.slurm.answer import Knowledge
 from hpc.slurm.calls import SlurmError, requeue
 from hpc.slurm.states import JobState
 
@@ -66,6 +90,10 @@ log = logging.getLogger("hpc.job.continuation")
 PERMANENT_EXIT_CODES = (EXIT_CONFIG_ERROR, 2)
 EXIT_NOTHING_TO_DO = 10  # begin: the run is finished or failed; the job exits 0 at once
 EXIT_NOT_OURS = 3  # begin: the model folder belongs to another run; the job fails, nothing continues
+# EXIT_RUN_HELD (12, hpc/run/lease.py): begin: another job holds the run; this one touched nothing and ends
+END_RESERVE = 15.0  # seconds an end hook keeps before its job's end when it retries Slurm
+UNKNOWN_END_SECONDS = 30.0  # how long an end hook retries when Slurm does not say when its job ends
+CANCEL_ASK_SECONDS = 10.0  # after a TERM, Slurm kills the job KillWait (30 s by default) later
 MODES = ("requeue", "afterany", "chain")
 # A failed job's error line: the last line of its .err log that reads like an error, else its
 # last line; read from where the job began (a requeued job appends to the same log).
@@ -98,6 +126,14 @@ class SlurmView:
 
     requeued: bool = False   # Slurm requeued it already (its restart count went up)
     cancelled: bool = False  # accounting says CANCELLED: a user's scancel
+    signal: str | None = None  # the first stop signal the job's shell got (USR1: time; TERM: scancel, preemption)
+    cancel_unknown: str = ""  # why accounting could not say whether it was cancelled (empty: it could)
+
+    @property
+    def terminated(self) -> bool:
+        """Ended by a TERM that no time-limit USR1 came before, and accounting cannot say why: a user's
+        scancel as far as anyone knows (a stop for time has USR1 first, or no signal at all)."""
+        return self.signal == "TERM" and bool(self.cancel_unknown) and not self.requeued
 
 
 # -- pure logic -------------------------------------------------------------------------
@@ -174,6 +210,10 @@ def decide(records: list[Record], *, done: bool, mode: str, max_resubmits: int,
         return Decision(FINISH, "training finished")
     if slurm.cancelled:
         return Decision(STOP, "the job was cancelled (scancel): the run is not continued; launch again to resume")
+    if slurm.terminated:
+        return Decision(STOP, "the job got SIGTERM with no time-limit SIGUSR1 before it (a scancel, an administrator "
+                              f"or a preemption) and accounting did not say which ({slurm.cancel_unknown}): "
+                              "the run is not continued; launch again to resume")
     last = last_end(records)
     failed = last is not None and last.outcome == FAILED
     if failed and last is not None and last.exit_code in PERMANENT_EXIT_CODES:
@@ -264,36 +304,57 @@ def unclosed_start(records: list[Record]) -> JobStart | None:
 # -- what Slurm says (hpc/slurm asks it) ------------------------------------------------------
 
 
-def slurm_view(job_id: str, restart_count: int) -> SlurmView:
+def slurm_view(job_id: str, restart_count: int, stop_signal: str | None = None) -> SlurmView:
     """Ask Slurm whether it requeued or a user cancelled this job.
 
     Both show as JobState=COMPLETING inside the job; a requeue also raises
     ``Restarts`` above the job's SLURM_RESTART_COUNT, and only accounting keeps
     the reason of the end (``CANCELLED by <uid>``, ``PREEMPTED``, ``TIMEOUT``).
-    Any error answers "neither": the run then continues as usual."""
+    An error of scontrol answers "not requeued"; accounting's silence is kept
+    (``cancel_unknown``): with the TERM the shell got first, it is taken for a
+    cancel (``SlurmView.terminated``), never for a stop for time."""
     if not job_id.isdigit():  # not a Slurm job (a test, a run by hand)
-        return SlurmView()
+        return SlurmView(signal=stop_signal)
     try:
         shown = calls.show_job(job_id, successor.QUERY_TIMEOUT, in_job=True)
     except SlurmError:
         shown = None
     restarts = shown.restarts if shown is not None else None
+    seconds = CANCEL_ASK_SECONDS if stop_signal == "TERM" else 0.0
+    ended = answers.ask_until(lambda: successor.ended_state(job_id), seconds, say=successor._say)
+    why = "" if ended.knowledge == Knowledge.KNOWN else (ended.why or f"sacct has not yet recorded job {job_id}")
     return SlurmView(requeued=restarts is not None and restarts > restart_count,
-                     cancelled=successor.ended_state(job_id) == JobState.CANCELLED)
+                     cancelled=ended.knowledge == Knowledge.KNOWN and ended.value == JobState.CANCELLED,
+                     signal=stop_signal, cancel_unknown=why)
 
 
-def requeued(job_id: str) -> bool:
-    """``scontrol requeue`` this job; False (said on stderr) when Slurm refuses, and the caller
-    submits a follower instead. scontrol requeue ends the job at once: Slurm sends TERM to every
+def seconds_left(job_id: str) -> float:
+    """How long an end hook may retry Slurm: until its job's end, less END_RESERVE (0 outside Slurm;
+    UNKNOWN_END_SECONDS when Slurm does not say when the job ends)."""
+    if not job_id.isdigit():
+        return 0.0
+    try:
+        end = deadline.JobEnd({**os.environ, "SLURM_JOB_ID": job_id}).get()
+    except deadline.EndTimeError:
+        end = None
+    if end is None:
+        return UNKNOWN_END_SECONDS
+    return max(0.0, end - time.time() - END_RESERVE)
+
+
+def requeued(job_id: str, seconds: float = 0.0) -> bool:
+    """``scontrol requeue`` this job, tried again with backoff for ``seconds`` while Slurm refuses;
+    False (said on stderr) when it kept refusing, and the caller continues through the successor
+    or a follower instead. scontrol requeue ends the job at once: Slurm sends TERM to every
     process of it (KILL after KillWait), so TERM is ignored from now on, for the moment it takes
     to record the requeue: the ledger holds only what happened."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        requeue(job_id)
+    tried = answers.retry(lambda: requeue(job_id), seconds, say=successor._say)
+    if tried.error is None:
         return True
-    except (SlurmError, OSError) as err:
-        print(f"[continuation] {err}; submitting a follow-up job with afterany instead", file=sys.stderr)
-        return False
+    print(f"[continuation] {tried.error} ({tried.tries} tries); continuing through the successor or a follow-up "
+          "job instead", file=sys.stderr)
+    return False
 
 
 # -- hooks --------------------------------------------------------------------------
@@ -325,28 +386,52 @@ def begin(run: RunDir, model_dir: Path, job_id: str, restart_count: int, script:
         print(f"[continuation] run {run.name} was marked failed ({failed.get('reason')}): nothing to do; "
               f"relaunch to try again")
         return EXIT_NOTHING_TO_DO
+    if not take_run(run, job_id, restart_count):
+        return EXIT_RUN_HELD
     with run.locked():
-        why_not = nothing_to_do(run, job_id)
-        if why_not:
-            print(f"[continuation] {why_not}: nothing to do")
-            return EXIT_NOTHING_TO_DO
-        try:
-            note = ownership.claim(run, model_dir).note
-        except ownership.OwnershipError as error:
-            give_up(run, str(error), None)
-            return EXIT_NOT_OURS
-        if note:
-            print(f"[continuation] {note}")
-        lost = unclosed_start(ledger.read(run))
-        if lost is not None and not resume_after_lost_job(run, lost, current_step(model_dir), job_id, limits):
-            return EXIT_NOTHING_TO_DO
-        quarantine_incomplete(model_dir)
-        step = current_step(model_dir)
-        ledger.append(run, JobStart(job_id=job_id, step=step, restart_count=restart_count,
-                                    err_offset=log_size(run.log_paths(job_id)[1]), pack_runs=pack_share()))
-        print(f"[continuation] job {job_id} starts from step {step} (restart {restart_count})")
-        if script is not None and job_id.isdigit():
-            successor.ensure([run], job_id, script)
+        code = start(run, model_dir, job_id, restart_count, limits)
+    if code != 0:
+        lease.release(run, job_id, restart_count)
+    elif script is not None and job_id.isdigit():
+        successor.ensure([run], job_id, script)
+    return code
+
+
+def take_run(run: RunDir, job_id: str, restart_count: int) -> bool:
+    """Take the run's lease (hpc/run/lease.py) for this job, or record that another job holds it:
+    then this job ends at once and touches nothing, whatever Slurm said of the other."""
+    taken = lease.take(run, job_id, restart_count, os.getppid())
+    if isinstance(taken, lease.Taken):
+        return True
+    holder = taken.lease
+    ledger.append(run, LeaseHeld(job_id=job_id, holder=holder.job_id, holder_host=holder.host))
+    print(f"[continuation] run {run.name} is held by {holder.holder()}, which renewed its lease at "
+          f"{holder.renewed}: job {job_id} touches nothing and ends (exit {EXIT_RUN_HELD})", file=sys.stderr)
+    return False
+
+
+def start(run: RunDir, model_dir: Path, job_id: str, restart_count: int, limits: Limits) -> int:
+    """Under the run's lock, holding its lease: whether this job carries the run; if so its start recorded."""
+    why_not = nothing_to_do(run, job_id)
+    if why_not:
+        print(f"[continuation] {why_not}: nothing to do")
+        return EXIT_NOTHING_TO_DO
+    try:
+        note = ownership.claim(run, model_dir).note
+    except ownership.OwnershipError as error:
+        give_up(run, str(error), None)
+        return EXIT_NOT_OURS
+    if note:
+        print(f"[continuation] {note}")
+    lost = unclosed_start(ledger.read(run))
+    if lost is not None and not resume_after_lost_job(run, lost, current_step(model_dir), job_id, limits):
+        return EXIT_NOTHING_TO_DO
+    record_takeover(run, job_id)
+    quarantine_incomplete(model_dir)
+    step = current_step(model_dir)
+    ledger.append(run, JobStart(job_id=job_id, step=step, restart_count=restart_count,
+                                err_offset=log_size(run.log_paths(job_id)[1]), pack_runs=pack_share()))
+    print(f"[continuation] job {job_id} starts from step {step} (restart {restart_count})")
     return 0
 
 
@@ -362,6 +447,18 @@ def resume_after_lost_job(run: RunDir, lost: JobStart, step: int, job_id: str, l
         give_up(run, decision.reason, None)
         return False
     return True
+
+
+def record_takeover(run: RunDir, job_id: str) -> None:
+    """A successor whose predecessor's end hook continued nothing (Slurm's answer stayed unknown: a
+    ``slurm_unknown`` record) records that it continues the run, so the continuations are counted."""
+    records = ledger.read(run)
+    before = successor.predecessor(records, job_id)
+    if before is None or before == job_id or any(isinstance(r, (Resubmit, Requeue)) and getattr(r, "after", r.job_id)
+                                                 == before for r in records):
+        return
+    if any(isinstance(r, JobEnd) and r.job_id == before for r in records):
+        ledger.append(run, Resubmit(job_id=job_id, after=before, by=By.SUCCESSOR))
 
 
 def nothing_to_do(run: RunDir, job_id: str) -> str | None:
@@ -381,7 +478,7 @@ def nothing_to_do(run: RunDir, job_id: str) -> str | None:
         return f"job {before}, which this job follows, is back in the queue (requeued by Slurm) and carries the run"
     running = unclosed_start(records)
     other = running.job_id if running else None
-    if other not in (None, job_id) and successor.queue_state(other) == "RUNNING":
+    if other not in (None, job_id) and successor.queue_state(other).value == JobState.RUNNING:
         return f"job {other} is running this run (one job at a time; e.g. a job requeued after its successor began)"
     return None
 
@@ -400,7 +497,9 @@ def close_lost_job(run: RunDir, lost: JobStart, step: int, job_id: str) -> str:
     one's successor, it continues the run (a ``resubmit`` record), unless the lost job was
     cancelled by its user: then the run stops (STOP)."""
     lost_id = lost.job_id
-    state = successor.ended_state(lost_id, requeued=lost_id == job_id)
+    asked = answers.ask_until(lambda: successor.ended_state(lost_id, requeued=lost_id == job_id),
+                              CANCEL_ASK_SECONDS, say=successor._say)
+    state = asked.value if asked.knowledge == Knowledge.KNOWN else None
     ledger.append(run, JobEnd(job_id=lost_id, exit_code=None, step=step, outcome=FAILED, slurm_state=state,
                               note="ended without its end hook (node failure, kill, or time limit overrun)"))
     print(f"[continuation] job {lost_id} ended without its end hook ({state or 'state unknown'}); "
@@ -430,12 +529,16 @@ class EndArgs:
     log_err: str | None
     restart_count: int = 0
     packed: bool = False  # one run of a pack job: hpc.job.pack continues the job, once, for all its runs
+    stop_signal: str | None = None  # the first stop signal the job's shell got (USR1, TERM), if any
 
 
 def end(a: EndArgs) -> Decision:
     """Record the job's end, decide, and carry the decision out."""
     run = a.run
     with run.locked():
+        other = lease.held_by_other(run, a.job_id, a.restart_count)
+        if other is not None:
+            return held_end(a, other)
         done = run.read_done()
         step = current_step(a.model_dir)
         outcome = outcome_of(a.exit_code, done is not None)
@@ -443,14 +546,27 @@ def end(a: EndArgs) -> Decision:
             run.mark_done(step)
             done = run.read_done()
         error = failed_job_error(a, ledger.read(run)) if outcome == FAILED else None
-        ledger.append(run, JobEnd(job_id=a.job_id, exit_code=a.exit_code, step=step, outcome=outcome, error=error))
+        ledger.append(run, JobEnd(job_id=a.job_id, exit_code=a.exit_code, step=step, outcome=outcome, error=error,
+                                  signal=a.stop_signal))
         records = ledger.read(run)
-        slurm = SlurmView() if done else slurm_view(a.job_id, a.restart_count)
+        slurm = SlurmView() if done else slurm_view(a.job_id, a.restart_count, a.stop_signal)
         decision = decide(records, done=done is not None, mode=a.mode, max_resubmits=a.max_resubmits,
                           max_failures=a.max_failures, slurm=slurm)
         print(f"[continuation] job {a.job_id} ended: exit {a.exit_code}, {outcome} at step {step}; "
               f"{decision.action}: {decision.reason}")
+        lease.release(run, a.job_id, a.restart_count)  # this job trains no more: the next may take the run
         carry_out(a, decision, records, done)
+    return decision
+
+
+def held_end(a: EndArgs, other: lease.Lease) -> Decision:
+    """The end of a job that lost the run's lease while its workload ran (its keeper killed the
+    workload: another job took the run): recorded, and nothing continued or cancelled."""
+    ledger.append(a.run, JobEnd(job_id=a.job_id, exit_code=a.exit_code, step=current_step(a.model_dir),
+                                outcome=FAILED, signal=a.stop_signal,
+                                note=f"lost the run's lease to {other.holder()}: nothing continued"))
+    decision = Decision(NONE, f"the run is held by {other.holder()}, which carries it")
+    print(f"[continuation] job {a.job_id} ended; {decision.reason}", file=sys.stderr)
     return decision
 
 
@@ -480,27 +596,42 @@ def continue_run(a: EndArgs, action: str, records: list[Record]) -> None:
     """Requeue where the mode says so (the job keeps its id, so its successor keeps waiting
     on it); else, or where Slurm refuses the requeue, through the successor that already
     waits (one continuation, never two), else by a new follow-up job."""
-    if action == REQUEUE and requeued(a.job_id):
+    if action == REQUEUE and requeued(a.job_id, seconds_left(a.job_id)):
         ledger.append(a.run, Requeue(job_id=a.job_id, by=By.JOB))
         print(f"[continuation] requeued job {a.job_id}")
         return
-    waiting = successor.pending_of(records, a.job_id)
-    if waiting is not None:
-        ledger.append(a.run, Resubmit(job_id=waiting, after=a.job_id, by=By.SUCCESSOR))
-        print(f"[continuation] job {waiting}, queued when this job started, continues the run")
+    asking = seconds_left(a.job_id)
+    waiting = successor.pending_of(records, a.job_id, asking)
+    if waiting.unknown:
+        successor.record_unknown([a.run], a.job_id, "does this job's successor still wait", waiting.why, asking,
+                                 "submit a follow-up job (a second job would train beside the successor; "
+                                 "status.sh says whether the run goes on, and how to resume it if not)")
         return
-    submit_follower(a)
+    if waiting.value:
+        ledger.append(a.run, Resubmit(job_id=waiting.value, after=a.job_id, by=By.SUCCESSOR))
+        print(f"[continuation] job {waiting.value}, queued when this job started, continues the run")
+        return
+    submit_follower(a, records)
 
 
-def submit_follower(a: EndArgs) -> None:
-    try:
-        new_id = resubmit(a.script, a.job_id)
-    except (SlurmError, OSError) as err:
-        give_up(a.run, f"could not continue the run: {err} (where jobs may not submit jobs, launch with "
-                       "--chain N)", a.log_err)
+def submit_follower(a: EndArgs, records: list[Record]) -> None:
+    """A follow-up job with afterany on this one, sbatch tried again while Slurm refuses and time is
+    left; the run is marked failed only when Slurm kept refusing, with its error and the resume command."""
+    seconds = seconds_left(a.job_id)
+    tried = answers.retry(lambda: resubmit(a.script, a.job_id), seconds, say=successor._say)
+    if tried.value is None:
+        give_up(a.run, slurm_refusal(tried, seconds, records), a.log_err)
         return
-    ledger.append(a.run, Resubmit(job_id=new_id, after=a.job_id, script=str(a.script)))
-    print(f"[continuation] submitted job {new_id} to continue after job {a.job_id}")
+    ledger.append(a.run, Resubmit(job_id=tried.value, after=a.job_id, script=str(a.script)))
+    print(f"[continuation] submitted job {tried.value} to continue after job {a.job_id}")
+
+
+def slurm_refusal(tried: answers.Tried[str], seconds: float, records: list[Record]) -> str:
+    """Why the run stops when Slurm kept refusing to continue it, and what resumes it."""
+    if isinstance(tried.error, calls.SlurmMissing):  # no sbatch in jobs: a cluster where jobs may not submit jobs
+        return f"could not continue the run: {tried.error} (where jobs may not submit jobs, launch with --chain N)"
+    return (f"Slurm refused to continue the run ({tried.tries} tries over {seconds:.0f} s): {tried.error}; "
+            f"resume with: {ledger.resume_command(ledger.latest_launch(records))}")
 
 
 def failed_job_error(a: EndArgs, records: list[Record]) -> str | None:
@@ -542,6 +673,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max_failures", type=int, required=True)
     e.add_argument("--log_err", default=None)
     e.add_argument("--packed", action="store_true", help="a run of a pack job: record and decide, continue nothing")
+    e.add_argument("--signal", default="", help="the first stop signal the job's shell got (USR1, TERM), if any")
     return p
 
 
@@ -554,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
                      args.successor, Limits(args.max_resubmits, args.max_failures))
     end(EndArgs(run, args.model_dir, args.job_id, args.exit_code, args.mode, args.script,
                 args.max_resubmits, args.max_failures, args.log_err,
-                int(os.environ.get("SLURM_RESTART_COUNT") or 0), args.packed))
+                int(os.environ.get("SLURM_RESTART_COUNT") or 0), args.packed, args.signal or None))
     return 0
 
 

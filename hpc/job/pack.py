@@ -174,12 +174,20 @@ def begin(members: list[Member], job_id: str, script: Path) -> int:
     return 0
 
 
+class Unknown(Exception):
+    """Slurm could not say whether the pack's successor still waits (recorded in the runs' ledgers)."""
+
+
 def waiting_successor(members: list[Member], job_id: str) -> tuple[Member, str] | None:
     """The pack's successor still waiting on this job, with a member whose ledger names it."""
     for m in members:
-        waiting = successor.pending_of(ledger.read(m.run), job_id)
-        if waiting is not None:
-            return m, waiting
+        waiting = successor.pending_of(ledger.read(m.run), job_id, cont.seconds_left(job_id))
+        if waiting.unknown:
+            successor.record_unknown([x.run for x in members], job_id, "does the pack's successor still wait",
+                                     waiting.why, cont.seconds_left(job_id), "continue or cancel the pack")
+            raise Unknown(waiting.why)
+        if waiting.value:
+            return m, waiting.value
     return None
 
 
@@ -187,7 +195,10 @@ def end(members: list[Member], job_id: str, settings: Settings, restart_count: i
     """Continue the pack once for the members that want it; return those members."""
     slurm = cont.slurm_view(job_id, restart_count)
     going = [m for m in members if wants_to_continue(m, job_id, settings, slurm)]
-    waiting = waiting_successor(members, job_id)
+    try:
+        waiting = waiting_successor(members, job_id)
+    except Unknown:  # neither cancelled nor doubled on a guess: the successor, if it waits, continues the pack
+        return going
     fewer = settings.resize is not None and len(going) < len(members)  # requeue would keep the GPUs
     if waiting is not None and (not going or fewer) and not slurm.requeued:
         successor.cancel(waiting[0].run, job_id)  # the runs stop here, or a smaller job follows

@@ -10,6 +10,7 @@ import argparse
 import os
 import shlex
 import subprocess
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -362,9 +363,16 @@ def submit_run(spec: JobSpec, script: str, argv: list[str], restart: bool) -> in
 
 
 def refuse_active(spec: JobSpec) -> None:
-    from hpc.run import ledger  # a submission's only: the dry run does without the ledger's record classes
+    """Refuse a run whose job trains (its lease: hpc/run/lease.py) or waits or runs in the queue."""
+    from hpc.run import lease, ledger  # a submission's only: the dry run does without the ledger's record classes
 
-    active = slurm.active_jobs(ledger.job_ids(ledger.read(spec.run_dir)))
+    holder = lease.read(spec.run_dir)
+    if not lease.free(holder, time.time()) and holder is not None:
+        raise ActiveJobs(f"run {spec.job_name} is held by {holder.holder()} (its lease, renewed at {holder.renewed}, "
+                         f"lapses {lease.LEASE_SECONDS:.0f} s after its last renewal); nothing submitted "
+                         "(scancel it first, or choose another --job_name)")
+    records = ledger.read(spec.run_dir)
+    active = slurm.active_jobs(ledger.job_ids(records), ledger.open_jobs(records))
     if active:
         listed = ", ".join(f"{job} ({state})" for job, state in active.items())
         raise ActiveJobs(f"run {spec.job_name} already has active job(s) {listed}; nothing submitted "

@@ -182,6 +182,7 @@ class RunAccounting:
     step_seconds: float | None  # median of the recent steps
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     saved_steps: int | None = None  # steps the decline rule did not train (done.json's steps_left: hpc/run/decline.py)
+    unrecorded: tuple[str, ...] = ()  # jobs that started (the ledger says) and sacct has no record of yet
 
     @property
     def gpu_hours(self) -> float:
@@ -484,7 +485,24 @@ def account(name: str, files: RunFiles, rows: Iterable[SacctRow], charging: Char
         jobs.append(job_run(row, attempt, ready, known, gpus, share, now))
         previous_end = row.end or previous_end
     return RunAccounting(name, charging, tuple(jobs), *step_totals(files), restart_gaps(jobs),
-                         usual_step_seconds(files.steps), now, (files.done or {}).get("steps_left"))
+                         usual_step_seconds(files.steps), now, (files.done or {}).get("steps_left"),
+                         unrecorded_jobs(files.ledger, ordered))
+
+
+def unrecorded_jobs(records: list[Record], rows: list[SacctRow]) -> tuple[str, ...]:
+    """The run's jobs that started and that accounting has no record of yet (sacct lags behind):
+    their time is missing from every figure until it has, which the views say."""
+    recorded = {row.job_id for row in rows}
+    started = dict.fromkeys(r.job_id for r in ledger.of_kind(records, JobStart))
+    return tuple(job for job in started if job not in recorded)
+
+
+def unrecorded_line(acc: RunAccounting) -> str:
+    """The views' warning for jobs accounting has not yet recorded, or ''."""
+    if not acc.unrecorded:
+        return ""
+    return (f"sacct has not yet recorded job(s) {', '.join(acc.unrecorded)}: their time is missing from these "
+            "figures (ask again in a minute)")
 
 
 def with_stall(known: JobFacts, row: SacctRow, files: RunFiles, now: datetime, settings: Any) -> JobFacts:
@@ -591,6 +609,7 @@ def render_text(acc: RunAccounting) -> str:
     lines += text_table(JOB_HEAD, [job_cells(j) for j in acc.jobs]) if acc.jobs else ["  no job has run yet"]
     width = max(len(label) for label, _ in totals_rows(acc))
     lines += [""] + [f"{label.ljust(width)}  {value}" for label, value in totals_rows(acc)]
+    lines += ["", f"NOTE: {unrecorded_line(acc)}"] if acc.unrecorded else []
     return "\n".join(lines)
 
 

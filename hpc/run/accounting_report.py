@@ -91,6 +91,8 @@ def section(run: RunDir, out: Path) -> list[str]:
         acc = accounting.account_run(run)
     except SlurmError as err:
         return lines + [f"Slurm's accounting could not be asked ({err}); the GPU-hours need its records.", ""]
+    if acc.unrecorded:
+        lines += [f"**{accounting.unrecorded_line(acc)}.**", ""]
     if not any(j.segments for j in acc.jobs):
         return lines + ["No job of this run is in Slurm's accounting yet.", ""]
     plot_timeline(acc, run, out / PICTURE)

@@ -2,8 +2,9 @@
 
 Each kind of event is one frozen dataclass with its fields (docs/design.md, "Ledger records"):
 ``Submit``, ``Chain``, ``JobStart``, ``JobEnd``, ``Requeue``, ``Successor``, ``Resubmit``,
-``Cancelled``, ``Done``, ``Failed``, ``Moved``, ``MovedIn``, ``Reclaimed``, ``Decline``. ``append`` writes one as the JSON
-line runs on clusters already have (``event`` and ``time`` first; a field listed in a kind's ``OMITTED`` only when
+``Cancelled``, ``Done``, ``Failed``, ``Moved``, ``MovedIn``, ``Reclaimed``, ``Decline``, ``LeaseHeld``,
+``SlurmUnknown``. ``append`` writes one as the JSON line runs on clusters already have (``event`` and
+``time`` first; a field listed in a kind's ``OMITTED`` only when
 set); ``read`` gives them back typed, oldest first. Lines are read as every record of a run
 directory is (hpc/run/rundir.py, hpc/run/fields.py), with the fields of their event's class: a
 line that is not an object, has a field of the wrong kind, or is a job record without its job
@@ -17,12 +18,14 @@ its continuations, its newest launch) is here too, once. Stdlib only.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import types
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import cache
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar, get_args, get_origin, get_type_hints
 
 from hpc.run import fields as kinds
@@ -115,13 +118,14 @@ class JobEnd(JobRecord):
     (``exit_code`` None, a ``note`` and the ``slurm_state`` accounting gives it)."""
 
     EVENT = "job_end"
-    OMITTED = frozenset({"error", "note", "slurm_state"})
+    OMITTED = frozenset({"error", "note", "slurm_state", "signal"})
     exit_code: int | None = None
     step: int | None = None
     outcome: str = Outcome.FAILED
     error: str | None = None  # a failed job's error line
     note: str | None = None
     slurm_state: str | None = None
+    signal: str | None = None  # the first stop signal the job's shell got: USR1 (time) or TERM (scancel, preemption)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,9 +235,33 @@ class Decline(Record):
     steps_left: int | None = None
 
 
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseHeld(JobRecord):
+    """``job_id`` started, found the run held by ``holder`` (its lease renewed: hpc/run/lease.py) and
+    ended at once, touching nothing: Slurm had started two jobs of one run."""
+
+    EVENT = "lease_held"
+    holder: str = ""
+    holder_host: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmUnknown(JobRecord):
+    """A hook of ``job_id`` could not learn what it needed from Slurm (an error, a timeout, an answer
+    that contradicts this ledger) after asking for ``waited`` seconds, and so did not do ``held_back``."""
+
+    EVENT = "slurm_unknown"
+    asked: str = ""
+    why: str = ""
+    waited: int = 0
+    held_back: str = ""
+
+
+
 KINDS: dict[str, type[Record]] = {kind.EVENT: kind for kind in (
     Submit, Chain, JobStart, JobEnd, Requeue, Successor, Resubmit, Cancelled, Done, Failed, Moved, MovedIn,
-    Reclaimed, Decline)}
+    Reclaimed, Decline, LeaseHeld, SlurmUnknown)}
 R = TypeVar("R", bound=Record)
 
 
@@ -345,6 +373,18 @@ def job_ids(records: Iterable[Record]) -> list[str]:
     return list(ids)
 
 
+def open_jobs(records: Iterable[Record]) -> list[str]:
+    """The jobs whose last ``job_start`` has no ``job_end`` after it: running, as far as the ledger knows
+    (or lost without their end hook, which only Slurm can tell)."""
+    opened: dict[str, None] = {}
+    for record in records:
+        if isinstance(record, JobStart):
+            opened[record.job_id] = None
+        elif isinstance(record, JobEnd):
+            opened.pop(record.job_id, None)
+    return list(opened)
+
+
 def continuations(records: Iterable[Record]) -> int:
     """Continuations so far = requeue + resubmit records (docs/design.md)."""
     return sum(1 for r in records if isinstance(r, (Requeue, Resubmit)))
@@ -381,3 +421,14 @@ def moved_away(records: Iterable[Record]) -> Moved | None:
     """The move that took the run elsewhere, unless it was reclaimed or arrived back since."""
     last = next((r for r in reversed(list(records)) if isinstance(r, (Moved, MovedIn, Reclaimed))), None)
     return last if isinstance(last, Moved) else None
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def resume_command(launch: Submit | None) -> str:
+    """The newest launch's command (its secrets already redacted in the ledger), run again."""
+    argv = launch.argv if launch is not None else []
+    words = " ".join(shlex.quote(word) for word in argv) if argv else "<the same arguments>"
+    secret = " (give the secret --env values shown as *** again)" if "***" in words else ""
+    return f"cd {shlex.quote(str(REPO))} && .venv/bin/python -m hpc.launch {words}{secret}"

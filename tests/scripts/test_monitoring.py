@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from hpc.run import lease
 from hpc.run.monitor.display import printable
 from hpc.run.rundir import RunDir
 from tests.doubles.ledger_lines import write_record
@@ -124,6 +125,17 @@ def test_missing_accounting_is_one_clear_error(helper, sacct_exit, tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip() == (f"{helper}: error: Slurm accounting is not available (sacct: Slurm accounting "
                                      "storage is disabled); this view needs slurmdbd")
+
+
+@pytest.mark.parametrize("helper", ["status.sh", *SACCT_VIEWS])
+def test_a_sacct_that_fails_for_a_moment_is_not_called_accounting_not_available(helper, tmp_path):
+    env = fake_slurm(tmp_path)
+    sacct = Path(env["PATH"]) / "sacct"
+    sacct.write_text("#!/bin/sh\necho 'sacct: error: Socket timed out on send/recv operation' >&2\nexit 1\n")
+    result = run_script(helper, "--runs_dir", str(tmp_path), env=env)
+    assert result.returncode == 1 and "not available" not in result.stderr
+    assert result.stderr.strip() == (f"{helper}: error: sacct did not answer (error: Socket timed out on send/recv "
+                                     "operation): Slurm's accounting is unknown for now; try again in a minute")
 
 
 def test_a_failing_slurm_command_is_one_clear_error(tmp_path):
@@ -673,3 +685,31 @@ def test_scancelall_cancels_exactly_the_matching_jobs(slurm):
         assert none_left.returncode == 0 and "no jobs of" in none_left.stdout
     finally:
         cancel(jobs)
+
+
+def test_status_calls_a_run_whose_running_job_squeue_omits_slurm_state_unknown_not_parked(tmp_path):
+    """squeue answers empty (slurmctld failing over) while accounting still has job 13 RUNNING and job 21
+    (a successor) PENDING, and a job holds another run's lease: none is PARKED, and no resume command
+    (a second job) is offered."""
+    runs = tmp_path / "runs"
+    run = _progress_run(runs, "r-omitted", "13", step=5, total_steps=25)
+    write_record(run, "job_start", job_id="13", step=0, restart_count=0)
+    held = _progress_run(runs, "r-held", "30", step=2, total_steps=25)
+    write_record(held, "job_start", job_id="30", step=0, restart_count=0)
+    write_record(held, "job_end", job_id="30", exit_code=75, step=2, outcome="stopped_for_time")
+    lease.take(held, "31", 0, os.getpid())
+    waiting = _progress_run(runs, "r-waiting", "20", step=5, total_steps=25)
+    write_record(waiting, "job_start", job_id="20", step=0, restart_count=0)
+    write_record(waiting, "successor", job_id="21", after="20")
+    write_record(waiting, "job_end", job_id="20", exit_code=75, step=5, outcome="stopped_for_time")
+    env = fake_slurm(tmp_path / "fake", jobs=[], states={"13": "RUNNING", "30": "COMPLETED", "20": "COMPLETED",
+                                                          "21": "PENDING"})
+    result = run_script("status.sh", "--runs_dir", str(runs), env=env)
+    assert result.returncode == 0, result.stderr
+    table = result.stdout.split("\n\n", 1)[1]
+    assert _row(table, "r-omitted")[-1] == ("Slurm state unknown: squeue omits job(s) of the run: "
+                                            "13 (RUNNING as far as sacct knows)")
+    assert _row(table, "r-held")[-1].startswith("Slurm state unknown: squeue shows no job, but job 31 (restart 0)")
+    assert _row(table, "r-waiting")[-1] == ("Slurm state unknown: squeue omits job(s) of the run: "
+                                            "21 (PENDING as far as sacct knows)")
+    assert "Parked runs" not in table

@@ -4,20 +4,19 @@ resume them, and where a running serve job listens. One squeue and one sacct cal
 
 from __future__ import annotations
 
-import shlex
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hpc.run import accounting, ledger
+from hpc.run import accounting, lease, ledger
 from hpc.run.best import best_of, last_of
 from hpc.run.checkpoints import latest_complete
 from hpc.run.decline import Decisions
 from hpc.run.health import Flag, HealthSettings, SettingError
 from hpc.run.health import check as health_check
-from hpc.run.ledger import JobStart, Record, Submit
+from hpc.run.ledger import JobStart, Record, resume_command
 from hpc.run.monitor.display import Failure, duration, printable, table
 from hpc.run.monitor.queue import user_queue
 from hpc.run.monitor.rundirs import read_marker, run_dirs
@@ -27,9 +26,7 @@ from hpc.run.serving import address_of, ssh_line
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
 from hpc.slurm.output import latest_states
-from hpc.slurm.states import JobState
-
-REPO = Path(__file__).resolve().parents[3]
+from hpc.slurm.states import QUEUED, JobState
 
 
 def sacct_rows(job_ids: set[str]) -> list[accounting.SacctRow]:
@@ -75,9 +72,12 @@ class Parked:
     job: str  # the job that ended it
     state: str  # that job's state in accounting
     resume: str  # the command that resumes the run
+    unknown: str = ""  # not parked as far as the run directory knows: why Slurm's state of it is unknown
 
     @property
     def text(self) -> str:
+        if self.unknown:
+            return f"Slurm state unknown: {self.unknown}"
         return f"PARKED: job {self.job or '?'} ended {self.state or '?'} and nothing continues the run"
 
 
@@ -91,15 +91,23 @@ def parked(run_dir: RunDir, records: list[Record], active: dict[str, str],
         return None
     started = [r.job_id for r in ledger.of_kind(records, JobStart)]
     ended = started[-1] if started else launch.job_id
-    return Parked(ended, states.get(ended, ""), resume_command(launch))
+    return Parked(ended, states.get(ended, ""), resume_command(launch), unknown_state(run_dir, records, states))
 
 
-def resume_command(launch: Submit) -> str:
-    """The newest launch's command (its secrets already redacted in the ledger), run again."""
-    argv = launch.argv
-    words = " ".join(shlex.quote(word) for word in argv) if argv else "<the same arguments>"
-    secret = " (give the secret --env values shown as *** again)" if "***" in words else ""
-    return f"cd {shlex.quote(str(REPO))} && .venv/bin/python -m hpc.launch {words}{secret}"
+def unknown_state(run_dir: RunDir, records: list[Record], states: dict[str, str]) -> str:
+    """Why a run squeue shows no job of is not PARKED as far as its directory knows (its job holds the
+    run's lease; the ledger shows a job running that accounting has not seen end; accounting has a job
+    of it still queued), or ''."""
+    holder = lease.read(run_dir)
+    if holder is not None and not lease.free(holder, datetime.now(timezone.utc).timestamp()):
+        return f"squeue shows no job, but {holder.holder()} holds the run (lease renewed at {holder.renewed})"
+    running = [job for job in ledger.open_jobs(records) if states.get(job, "") in ("", *QUEUED)]
+    running += [job for job in ledger.job_ids(records) if job not in running and states.get(job, "") in QUEUED]
+    if running:
+        said = {job: states.get(job) or "not yet recorded by sacct" for job in running}
+        return "squeue omits job(s) of the run: " + ", ".join(f"{j} ({s} as far as sacct knows)"
+                                                             if s in QUEUED else f"{j} ({s})" for j, s in said.items())
+    return ""
 
 
 def run_row(run_dir: RunDir, job: str, state: str, records: list[Record],
@@ -283,7 +291,7 @@ def print_goodput(views: list[RunView]) -> None:
 
 def print_parked(views: list[RunView]) -> None:
     """Under the table, how to resume each parked run."""
-    parked_views = [v for v in views if v.parked is not None]
+    parked_views = [v for v in views if v.parked is not None and not v.parked.unknown]
     if parked_views:
         print("\nParked runs (no job queued, not finished, failed or cancelled): launch again to resume")
     for view in parked_views:

@@ -91,7 +91,15 @@ def slurm_calls(monkeypatch) -> FakeSlurm:
     fake = FakeSlurm()
     monkeypatch.setattr(subprocess, "run", fake.run)
     monkeypatch.setattr(cont.signal, "signal", lambda *a: None)
+    no_patience(monkeypatch)
     return fake
+
+
+def no_patience(monkeypatch) -> None:
+    """Hooks that ask Slurm once: no time left to ask again (the retries are tested on their own)."""
+    monkeypatch.setattr(cont, "seconds_left", lambda job: 0.0)
+    monkeypatch.setattr(cont, "CANCEL_ASK_SECONDS", 0.0)
+    monkeypatch.setattr(cont.successor, "ASK_SECONDS", 0.0)
 
 
 def end_args(run: RunDir, model: Path, rc: int, mode: str = "afterany", job: str = "100",
@@ -221,7 +229,8 @@ def test_unclosed_start_finds_a_job_lost_before_its_end_hook():
     # `scancel`: COMPLETING, and accounting already says why
     ("JobId=7 JobState=COMPLETING Restarts=0", "CANCELLED by 0\n", 0, cont.SlurmView(cancelled=True)),
     ("JobId=7 JobState=COMPLETING Restarts=0", "TIMEOUT\n", 0, cont.SlurmView()),
-    ("", "", 0, cont.SlurmView()),  # Slurm did not answer: continue as usual
+    # accounting has no record yet: not cancelled as far as anyone knows, and the view says so
+    ("", "", 0, cont.SlurmView(cancel_unknown="sacct has not yet recorded job 7")),
 ])
 def test_slurm_view_reads_requeue_and_cancel_from_scontrol_and_sacct(monkeypatch, show, sacct, restart_count, view):
     answers = {"scontrol": show, "sacct": runs_text("7", sacct.split("\n")[:-1])}
@@ -335,9 +344,11 @@ def test_a_successor_records_a_predecessor_lost_without_its_end_hook_with_its_st
 
 def test_a_job_script_run_outside_slurm_queues_no_successor(run, model, slurm_calls):
     """SLURM_JOB_ID set by hand (a test runs the job script with bash): sbatch would accept a
-    dependency on that unknown id and run the script for real, so nothing is submitted."""
+    dependency on that unknown id and run the script for real, so nothing is submitted; neither
+    squeue nor sacct knows the job, and the ledger says so."""
+    slurm_calls.sacct = ""
     assert cont.begin(run, model, "4242", 0, SCRIPT) == 0
-    assert not [c for c in slurm_calls if c[0] == "sbatch"] and events(run) == ["job_start"]
+    assert not [c for c in slurm_calls if c[0] == "sbatch"] and events(run) == ["job_start", "slurm_unknown"]
 
 
 def test_a_successor_of_a_job_its_user_cancelled_stops_the_run(run, model, slurm_calls):
@@ -466,6 +477,7 @@ def test_a_refused_requeue_falls_back_to_afterany(run, model, monkeypatch):
 
     monkeypatch.setattr(subprocess, "run", fake_run)
     monkeypatch.setattr(cont.signal, "signal", lambda *a: None)
+    no_patience(monkeypatch)
     cont.end(end_args(run, model, 75, mode="requeue"))
     assert calls == ["scontrol", "sbatch"]
     assert events(run)[-1] == "resubmit" and ledger_lines(run)[-1]["job_id"] == "777"
@@ -658,3 +670,120 @@ def test_a_workload_refusing_its_input_with_exit_2_is_not_retried():
                "error": "trainer.eval: error: invalid model 'o3'"}]
     decision = cont.decide(records(ledger), done=False, mode="afterany", max_resubmits=20, max_failures=2)
     assert decision.action == cont.GIVE_UP and "exit 2" in decision.reason and "invalid model" in decision.reason
+
+
+# -- when Slurm answers badly (issue 40) ----------------------------------------------------------------
+
+
+class FailingSlurm(FakeSlurm):
+    """FakeSlurm whose queries in ``failing`` exit 1 ("Socket timed out"), and whose sbatch fails ``sbatch_failures`` times."""
+
+    failing: set[str] = set()
+    sbatch_failures = 0
+
+    def run(self, cmd, **kwargs):
+        if cmd[0] in self.failing:
+            return subprocess.CompletedProcess(cmd, 1, "", f"{cmd[0]}: error: Socket timed out on send/recv")
+        if cmd[0] == "sbatch" and self.sbatch_failures:
+            self.sbatch_failures -= 1
+            self.append(list(cmd))
+            return subprocess.CompletedProcess(cmd, 1, "", "sbatch: error: Resource temporarily unavailable")
+        return super().run(cmd, **kwargs)
+
+
+@pytest.fixture
+def bad_slurm(monkeypatch) -> FailingSlurm:
+    fake = FailingSlurm()
+    monkeypatch.setattr(subprocess, "run", fake.run)
+    monkeypatch.setattr(cont.signal, "signal", lambda *a: None)
+    no_patience(monkeypatch)
+    return fake
+
+
+def started_with_successor(run: RunDir, job: str = "100", succ: str = "501") -> None:
+    write_record(run, "submit", job_id=job, argv=["--job_name", "r"])
+    write_record(run, "job_start", job_id=job, step=0, restart_count=0)
+    write_record(run, "successor", job_id=succ, after=job)
+
+
+def test_a_successor_squeue_omits_but_accounting_shows_pending_continues_the_run_and_nothing_is_submitted(
+        run, model, bad_slurm):
+    started_with_successor(run)
+    bad_slurm.queue, bad_slurm.sacct = {}, "PENDING\n"  # squeue answers empty, exit 0
+    cont.end(end_args(run, model, 75))
+    assert not [c for c in bad_slurm if c[0] == "sbatch"]
+    assert [(r["job_id"], r.get("by")) for r in ledger_lines(run) if r["event"] == "resubmit"] == [("501", "successor")]
+
+
+def test_an_end_hook_that_cannot_learn_whether_its_successor_waits_submits_no_second_job(run, model, bad_slurm):
+    started_with_successor(run)
+    bad_slurm.failing = {"squeue", "sacct"}
+    cont.end(end_args(run, model, 75))
+    assert not [c for c in bad_slurm if c[0] == "sbatch"] and "failed" not in events(run)
+    unknown = [r for r in ledger_lines(run) if r["event"] == "slurm_unknown"]
+    assert len(unknown) == 1 and "Socket timed out" in unknown[0]["why"] and "follow-up" in unknown[0]["held_back"]
+
+
+def test_a_term_with_no_usr1_before_it_while_accounting_fails_is_a_cancel_not_a_stop_for_time(run, model, bad_slurm):
+    started_with_successor(run)
+    bad_slurm.failing = {"sacct"}
+    bad_slurm.queue = {"501": "PENDING"}
+    args = end_args(run, model, 75)
+    decision = cont.end(cont.EndArgs(**{**args.__dict__, "stop_signal": "TERM"}))
+    assert decision.action == cont.STOP and "SIGTERM" in decision.reason
+    assert events(run)[-1] == "cancelled" and not [c for c in bad_slurm if c[0] == "sbatch"]
+    assert [r["signal"] for r in ledger_lines(run) if r["event"] == "job_end"] == ["TERM"]
+
+
+def test_a_usr1_stop_for_time_goes_on_though_accounting_fails(run, model, bad_slurm):
+    started_with_successor(run)
+    bad_slurm.failing, bad_slurm.queue = {"sacct"}, {"501": "PENDING"}
+    args = end_args(run, model, 75)
+    assert cont.end(cont.EndArgs(**{**args.__dict__, "stop_signal": "USR1"})).action == cont.RESUBMIT
+    assert events(run)[-1] == "resubmit"
+
+
+def test_sbatch_refusing_a_moment_is_tried_again_within_the_time_left(run, model, bad_slurm, monkeypatch):
+    write_record(run, "submit", job_id="100", argv=["--job_name", "r"])
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)
+    bad_slurm.sbatch_failures = 2
+    monkeypatch.setattr(cont, "seconds_left", lambda job: 60.0)
+    monkeypatch.setattr(cont.answers.time, "sleep", lambda s: None)
+    cont.end(end_args(run, model, 75))
+    assert len([c for c in bad_slurm if c[0] == "sbatch"]) == 3 and events(run)[-1] == "resubmit"
+
+
+def test_a_run_given_up_because_slurm_kept_refusing_says_its_error_and_how_to_resume(run, model, bad_slurm):
+    write_record(run, "submit", job_id="100", argv=["--job_name", "r", "--cluster", "local"])
+    write_record(run, "job_start", job_id="100", step=0, restart_count=0)
+    bad_slurm.sbatch_failures = 5
+    cont.end(end_args(run, model, 75))
+    reason = run.read_failed()["reason"]
+    assert "Resource temporarily unavailable" in reason and "--chain" not in reason
+    assert "resume with: cd " in reason and "hpc.launch --job_name r --cluster local" in reason
+
+
+def test_a_job_that_finds_the_run_held_by_another_touches_nothing(run, model, slurm_calls, monkeypatch):
+    assert cont.begin(run, model, "100", 0) == 0  # holds the run; its keeper would renew it
+    monkeypatch.setattr(cont.lease, "take", lambda *a, **k: cont.lease.Held(cont.lease.read(run)))
+    save(model, 3, whole=False)  # a half-written checkpoint the holder is saving
+    assert cont.begin(run, model, "200", 0, SCRIPT) == cont.EXIT_RUN_HELD
+    assert events(run) == ["job_start", "lease_held"] and ledger_lines(run)[-1]["holder"] == "100"
+    assert (step_dir(model, 3) / ADAPTER_WEIGHTS).exists() and not slurm_calls  # not moved aside, nothing queued
+
+
+def test_the_end_hook_releases_the_run_for_the_next_job(run, model, slurm_calls):
+    assert cont.begin(run, model, "100", 0) == 0
+    assert not cont.lease.read(run).released
+    cont.end(end_args(run, model, 75))
+    assert cont.lease.read(run).released
+
+
+def test_a_successor_whose_predecessor_continued_nothing_on_an_unknown_answer_records_that_it_goes_on(
+        run, model, slurm_calls):
+    started_with_successor(run)
+    write_record(run, "job_end", job_id="100", exit_code=75, step=0, outcome="stopped_for_time")
+    write_record(run, "slurm_unknown", job_id="100", asked="?", why="squeue failed", waited=30, held_back="submit")
+    assert cont.begin(run, model, "501", 0) == 0
+    assert [(r["job_id"], r["after"], r["by"]) for r in ledger_lines(run) if r["event"] == "resubmit"] == [
+        ("501", "100", "successor")]

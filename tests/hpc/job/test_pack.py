@@ -7,6 +7,8 @@ import pytest
 from hpc.job import continuation as cont
 from hpc.job import pack
 from hpc.run.rundir import RunDir
+from hpc.slurm.answer import known
+from hpc.slurm.states import JobState
 from tests.doubles.ledger_lines import ledger_lines, write_record
 
 
@@ -53,7 +55,7 @@ def ran(m: pack.Member, job: str, outcome: str, step: int, start_step: int = 0) 
 @pytest.fixture
 def slurm_calls(monkeypatch):
     calls: list = []
-    monkeypatch.setattr(cont, "slurm_view", lambda job, restarts: cont.SlurmView())
+    monkeypatch.setattr(cont, "slurm_view", lambda job, restarts, stop_signal=None: cont.SlurmView())
     monkeypatch.setattr(cont, "requeued", lambda job: calls.append(("requeue", job)) or True)
     monkeypatch.setattr(cont, "resubmit", lambda script, job, options=(): calls.append(
         ("resubmit", job, options)) or "99")
@@ -105,7 +107,7 @@ def test_a_run_of_a_pack_records_its_end_but_leaves_continuing_to_the_pack(tmp_p
     run.path.mkdir()
     write_record(run, "submit", job_id="7")
     write_record(run, "job_start", job_id="7", step=0, restart_count=0)
-    monkeypatch.setattr(cont, "slurm_view", lambda job, restarts: cont.SlurmView())
+    monkeypatch.setattr(cont, "slurm_view", lambda job, restarts, stop_signal=None: cont.SlurmView())
     monkeypatch.setattr(cont, "requeue", lambda job: pytest.fail("a packed run must not requeue the pack's job"))
     decision = cont.end(cont.EndArgs(run, tmp_path / "models", "7", 75, "requeue", Path("s"), 20, 2, None,
                                      packed=True))
@@ -120,7 +122,9 @@ def test_a_run_of_a_pack_records_its_end_but_leaves_continuing_to_the_pack(tmp_p
 def queue(monkeypatch, slurm_calls):
     """squeue as the pack sees it (job id -> state), and the scancels it makes."""
     states: dict[str, str] = {}
-    monkeypatch.setattr(pack.successor, "queue_state", lambda job: states.get(job))
+    monkeypatch.setattr(pack.successor, "queue_state", lambda job: known(JobState(states[job]), False)
+                        if job in states else known(JobState.UNKNOWN, True))
+    monkeypatch.setattr(pack.cont, "seconds_left", lambda job: 0.0)
     monkeypatch.setattr(pack.successor, "cancel", lambda run, job: slurm_calls.append(("cancel", job)))
     monkeypatch.setattr(pack.successor, "ensure", lambda runs, job, script, options=(): slurm_calls.append(
         ("successor", job, tuple(r.name for r in runs))) or "98")

@@ -52,7 +52,7 @@ def sbatch(monkeypatch) -> list[str | None]:
     monkeypatch.setattr(single_run.slurm, "sbatch_path", lambda: None)  # no --test-only in the dry run
     monkeypatch.setattr(single_run.slurm, "require_sbatch", lambda: "/usr/bin/sbatch")
     monkeypatch.setattr(single_run.slurm, "submit", submit)
-    monkeypatch.setattr(single_run.slurm, "active_jobs", lambda ids: {})
+    monkeypatch.setattr(single_run.slurm, "active_jobs", lambda ids, expected=(): {})
     return dependencies
 
 
@@ -142,7 +142,7 @@ def test_restart_of_a_run_with_an_active_job_is_refused_and_moves_nothing(capsys
                                                                           monkeypatch):
     save(model, 3)
     write_record(run, "submit", job_id="77")
-    monkeypatch.setattr(single_run.slurm, "active_jobs", lambda ids: {"77": "RUNNING"} if "77" in ids else {})
+    monkeypatch.setattr(single_run.slurm, "active_jobs", lambda ids, expected=(): {"77": "RUNNING"} if "77" in ids else {})
     before = tree(runs) + tree(art)
     code, _, err = main(capsys, *args(runs, art), "--restart")
     assert code == 2 and "already has active job(s) 77 (RUNNING)" in err and len(err.strip().splitlines()) == 1

@@ -26,7 +26,7 @@ def sbatch(monkeypatch) -> list[Path]:
     monkeypatch.setattr(launch.slurm, "sbatch_path", lambda: None)
     monkeypatch.setattr(launch.slurm, "require_sbatch", lambda: "/usr/bin/sbatch")
     monkeypatch.setattr(launch.slurm, "submit", lambda script, dependency=None: submitted.append(script) or "1001")
-    monkeypatch.setattr(launch.slurm, "active_jobs", lambda ids: {})
+    monkeypatch.setattr(launch.slurm, "active_jobs", lambda ids, expected=(): {})
     return submitted
 
 

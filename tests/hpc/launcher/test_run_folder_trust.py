@@ -32,7 +32,7 @@ def fake_sbatch(monkeypatch) -> list[Path]:
     monkeypatch.setattr(single_run.slurm, "sbatch_path", lambda: None)
     monkeypatch.setattr(single_run.slurm, "require_sbatch", lambda: "/usr/bin/sbatch")
     monkeypatch.setattr(single_run.slurm, "submit", submit)
-    monkeypatch.setattr(single_run.slurm, "active_jobs", lambda ids: {})
+    monkeypatch.setattr(single_run.slurm, "active_jobs", lambda *asked: {})
     return submitted
 
 

@@ -392,3 +392,16 @@ def test_the_commands_accounting_names_the_records_it_skipped(fake, monkeypatch,
     out = capsys.readouterr().out
     assert "\n11 (run 2)  RUNNING " in out, "the rest of the run is accounted"
     assert out.rstrip().splitlines()[-1].startswith(f"UNREADABLE: 1 unreadable record(s) skipped: {named}")
+
+
+def test_a_job_that_started_but_sacct_has_not_recorded_is_named_not_quietly_left_out(fake):
+    """sacct lags behind: job 12 trained steps 4-5 but accounting has no row of it yet."""
+    fake.event(0, "submit", job_id="11", cluster="local").event(60, "job_start", job_id="11", step=0)
+    fake.step(1, "11", 120, 200).event(300, "job_end", job_id="11", outcome="stopped_for_time")
+    fake.event(320, "job_start", job_id="12", step=1).step(2, "12", 330, 400)
+    acc = account("r", fake.files(), [row("11", "COMPLETED", 1, 60, 301)], GRES, now=t(500))
+    assert acc.unrecorded == ("12",)
+    assert "NOTE: sacct has not yet recorded job(s) 12: their time is missing" in accounting.render_text(acc)
+    recorded = account("r", fake.files(), [row("11", "COMPLETED", 1, 60, 301), row("12", "RUNNING", 301, 320, None,
+                                                                                  now=500)], GRES, now=t(500))
+    assert recorded.unrecorded == () and "NOTE" not in accounting.render_text(recorded)

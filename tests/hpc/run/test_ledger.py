@@ -20,12 +20,14 @@ from hpc.run.ledger import (
     Failed,
     JobEnd,
     JobStart,
+    LeaseHeld,
     Moved,
     MovedIn,
     Outcome,
     Reclaimed,
     Requeue,
     Resubmit,
+    SlurmUnknown,
     Submit,
     Successor,
 )
@@ -60,6 +62,10 @@ EVERY_KIND = [
             rollback=1, to_step=53, lr_scale=0.5),
     Decline(time=T, action="stop", step=72, accuracy=0.93, best_step=20, best_accuracy=0.98, reason="fell",
             steps_left=28),
+    LeaseHeld(time=T, job_id="10", holder="9", holder_host="n1"),
+    SlurmUnknown(time=T, job_id="9", asked="does this job's successor still wait", why="squeue failed: timed out",
+                 waited=30, held_back="submit a follow-up job"),
+    JobEnd(time=T, job_id="9", exit_code=75, step=5, outcome=Outcome.STOPPED, signal="TERM"),
 ]
 
 
@@ -101,6 +107,10 @@ def test_each_kind_is_written_as_the_documented_line(run: RunDir) -> None:
                          "best_step": 20, "best_accuracy": 0.98, "reason": "fell", "rollback": 1, "to_step": 53,
                          "lr_scale": 0.5}
     assert "rollback" not in lines[20] and lines[20]["steps_left"] == 28
+    assert lines[21] == {"event": "lease_held", "time": T, "job_id": "10", "holder": "9", "holder_host": "n1"}
+    assert lines[22] == {"event": "slurm_unknown", "time": T, "job_id": "9", "asked": "does this job's successor "
+                         "still wait", "why": "squeue failed: timed out", "waited": 30, "held_back": "submit a follow-up job"}
+    assert lines[23]["signal"] == "TERM" and "signal" not in lines[5]
 
 
 def test_every_kind_reads_back_as_it_was_written(run: RunDir) -> None:
@@ -108,7 +118,7 @@ def test_every_kind_reads_back_as_it_was_written(run: RunDir) -> None:
         ledger.append(run, record)
     assert ledger.read(run) == EVERY_KIND
     assert set(KINDS) == {"submit", "chain", "job_start", "job_end", "requeue", "successor", "resubmit", "cancelled",
-                          "done", "failed", "moved", "moved_in", "reclaimed", "decline"}
+                          "done", "failed", "moved", "moved_in", "reclaimed", "decline", "lease_held", "slurm_unknown"}
 
 
 def test_a_ledger_written_line_by_line_as_runs_on_clusters_have_it_reads_typed(run: RunDir) -> None:
