@@ -45,7 +45,8 @@ JOB_STATE = {
 # The HPC_* names users set (dotenv, .env, --env): each is read with a default where it is used.
 USER_SETTINGS = ("HPC_RAY_JOIN_TIMEOUT", "HPC_RAY_HOST_SUFFIX", "HPC_STOP_TIMEOUT", "HPC_SIGNAL_RELAY",
                  "HPC_WEBHOOK_URL", "HPC_WEBHOOK_TIMEOUT", "HPC_WATCH_INTERVAL", "HPC_STALL_STARTUP",
-                 "HPC_STALL_MIN", "HPC_STALL_FACTOR", "HPC_COLLAPSE_STEPS", "HPC_COLLAPSE_SPREAD")
+                 "HPC_STALL_MIN", "HPC_STALL_FACTOR", "HPC_COLLAPSE_STEPS", "HPC_COLLAPSE_SPREAD",
+                 "HPC_PUBLIC_VARS")
 
 
 def set_by_job(variable: Variable) -> bool:
