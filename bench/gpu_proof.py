@@ -118,7 +118,7 @@ def stage_env(work: Work, args: argparse.Namespace) -> list[str]:
         raise ProofFailed("nvidia-smi finds no GPU: run the proof on a GPU node")
     probe = ("import torch, importlib.metadata as m; print(torch.__version__, torch.version.cuda, "
              "torch.cuda.is_available(), m.version('openpipe-art'), m.version('unsloth'))")
-    versions = subprocess.run([PYTHON, "-c", probe], capture_output=True, text=True, env=work.env())
+    versions = subprocess.run([PYTHON, "-c", probe], cwd=REPO, capture_output=True, text=True, env=work.env())
     if versions.returncode != 0:
         raise ProofFailed(f"the backend does not import here: {last_lines(versions.stderr)}")
     torch_version, cuda, available, art, unsloth = versions.stdout.split()
