@@ -42,7 +42,7 @@ _REFERENCE_RE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<defaul
 _MISREAD_RE = re.compile(r"\$\{(?![A-Za-z_][A-Za-z0-9_]*(?::-(?:[^}$]|\$(?!\{))*)?\})(?=[A-Za-z_#!])")
 # Characters that would make a printed value show something else: line breaks (a fake second line
 # in the dry run's list), other control characters (ESC sequences) and bidirectional overrides.
-_UNPRINTABLE_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+UNPRINTABLE_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 REDACTED = "***"
 MAX_REFERENCE_DEPTH = 64  # ${A} -> ${B} -> ...: deeper chains are refused, not followed to a RecursionError
 
@@ -177,7 +177,7 @@ def merge_layers(layers: list[EnvLayer], outer: Mapping[str, str]) -> MergedEnv:
 def refuse_unprintable(name: str, value: str, source: str) -> None:
     """A value the launcher prints (every one that is not a secret) holds no line break, control
     character or direction override: the dry run's list would show what is not there."""
-    bad = _UNPRINTABLE_RE.search(value)
+    bad = UNPRINTABLE_RE.search(value)
     if bad:
         raise UsageError(f"{source}: {name}'s value holds the character U+{ord(bad.group()):04X} (a line break, "
                          "control character or direction override): accepted printable text on one line (a secret "

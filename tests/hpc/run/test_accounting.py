@@ -376,3 +376,20 @@ def test_the_commands_accounting_names_the_records_it_skipped(fake, monkeypatch,
     out = capsys.readouterr().out
     assert "\n11 (run 2)  RUNNING " in out, "the rest of the run is accounted"
     assert out.rstrip().splitlines()[-1].startswith(f"UNREADABLE: 1 unreadable record(s) skipped: {named}")
+
+
+@pytest.mark.parametrize("name", ["r\x1b[2J\x1b[31mred", "r\rfake", "r\x07bell", "r\x9bcsi", "r\u202eevil"])
+def test_a_run_folder_named_with_control_characters_is_printed_escaped(tmp_path, monkeypatch, capsys, name):
+    fake = FakeRun(tmp_path / name)
+    files, rows = requeued_run(fake)
+    monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: [r for r in rows if r.job_id in ids])
+    assert accounting.main([str(fake.path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"Run {name.encode('unicode_escape').decode()}: where the GPU-hours went")
+    assert all(ch.isprintable() for ch in out.replace("\n", "")), "no control character reaches the terminal"
+
+
+def test_a_folder_with_control_characters_that_is_no_run_is_named_escaped(tmp_path, capsys):
+    assert accounting.main([str(tmp_path / "x\x1b]0;owned\x07")]) == 2
+    err = capsys.readouterr().err
+    assert "x\\x1b]0;owned\\x07 is not a run directory" in err and all(c.isprintable() for c in err.rstrip("\n"))
