@@ -14,6 +14,10 @@
 #                              # download the backend's and the vLLM runtime's wheels for an offline target
 #   bash setup.sh --from-wheelhouse DIR  # no index here: .venv, the backend and the runtime from DIR alone
 set -euo pipefail
+# Every Python this runs (and their children: pip, the wheelhouse) imports nothing from the
+# caller's folder: `python -m pip` or `-c 'from hpc...'` would otherwise put it first on the
+# import path, and a folder holding pip/__main__.py or hpc/ would run as the user.
+export PYTHONSAFEPATH=1
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="${VENV:-$repo/.venv}"

@@ -93,6 +93,7 @@ from bench.gpu_proof_kit import (  # noqa: E402
 )
 from bench.gpu_proof_memory import memory_estimate  # noqa: E402
 from bench.gpu_proof_two_gpus import TWO_GPU_STAGES, stage_baseline  # noqa: E402
+from hpc.digits import is_count  # noqa: E402
 from hpc.run.checkpoints import list_checkpoints  # noqa: E402
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME  # noqa: E402
 from tests.doubles.openai_server import OpenAIServer  # noqa: E402
@@ -118,7 +119,7 @@ def stage_env(work: Work, args: argparse.Namespace) -> list[str]:
         raise ProofFailed("nvidia-smi finds no GPU: run the proof on a GPU node")
     probe = ("import torch, importlib.metadata as m; print(torch.__version__, torch.version.cuda, "
              "torch.cuda.is_available(), m.version('openpipe-art'), m.version('unsloth'))")
-    versions = subprocess.run([PYTHON, "-c", probe], capture_output=True, text=True, env=work.env())
+    versions = subprocess.run([PYTHON, "-c", probe], cwd=REPO, capture_output=True, text=True, env=work.env())
     if versions.returncode != 0:
         raise ProofFailed(f"the backend does not import here: {last_lines(versions.stderr)}")
     torch_version, cuda, available, art, unsloth = versions.stdout.split()
@@ -292,7 +293,7 @@ STAGE_FUNCTIONS = {"env": stage_env, "model": stage_model, "train": stage_train,
 def gpu_list(text: str) -> list[str]:
     """``--gpus 0,1``: GPU indices as nvidia-smi numbers them."""
     gpus = [item.strip() for item in text.split(",") if item.strip()]
-    if not gpus or not all(item.isdigit() for item in gpus) or len(set(gpus)) != len(gpus):
+    if not gpus or not all(map(is_count, gpus)) or len(set(gpus)) != len(gpus):
         raise argparse.ArgumentTypeError(f"invalid --gpus {text!r}: expected distinct GPU indices such as 0,1")
     return gpus
 
@@ -306,7 +307,7 @@ def cluster(text: str) -> str:
 
 
 def positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not is_count(text) or int(text) < 1:  # digits 0-9 only (hpc/digits.py)
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected an integer >= 1")
     return int(text)
 

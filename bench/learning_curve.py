@@ -75,6 +75,7 @@ from bench.gpu_proof_kit import (  # noqa: E402
     trained_steps,
 )
 from bench.learning_curve_results import plot, redraw, results, verdicts, write_json  # noqa: E402
+from hpc.digits import ascii_float, is_count  # noqa: E402
 from hpc.run.rundir import RunDir, read_jsonl  # noqa: E402
 from trainer.staging.synthetic_inbox import warmup_questions  # noqa: E402
 
@@ -525,28 +526,47 @@ def lora_lines(work: Work) -> list[str]:
 
 def gpu_list(text: str) -> list[str]:
     gpus = [item.strip() for item in text.split(",") if item.strip()]
-    if not 1 <= len(gpus) <= 2 or not all(g.isdigit() for g in gpus) or len(set(gpus)) != len(gpus):
+    if not 1 <= len(gpus) <= 2 or not all(map(is_count, gpus)) or len(set(gpus)) != len(gpus):
         raise argparse.ArgumentTypeError(f"invalid --gpus {text!r}: accepted one or two distinct GPU indices, "
                                          "such as 0 or 0,1")
     return gpus
 
 
 def minutes(text: str) -> float:
-    value = float(text)
+    try:
+        value = ascii_float(text)
+    except ValueError:
+        value = math.nan
     if not 5 <= value <= 120:
         raise argparse.ArgumentTypeError(f"invalid --minutes {text!r}: accepted 5 to 120")
     return value
 
 
+def out_folder(text: str) -> Path:
+    """--out: a folder, or one to be made (not a file, not under one): refused before the bench runs."""
+    path = Path(text)
+    existing = next((p for p in (path, *path.absolute().parents) if p.exists()), None)
+    if not text.strip() or existing is None or not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"invalid --out {text!r}: accepted a folder, or one to be made (not a file)")
+    return path
+
+
+def json_file(text: str) -> Path:
+    """plot's JSON: a file there to read."""
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"invalid JSON {text!r}: accepted a learning_curve.json that is there")
+    return Path(text)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("plan", "start", "run", "status", "collect", "plot"))
-    parser.add_argument("json", nargs="?", type=Path, help="plot: the JSON to draw")
+    parser.add_argument("json", nargs="?", type=json_file, help="plot: the JSON to draw")
     parser.add_argument("--work", type=Path, default=Path("/tmp/learning-curve"), help="the bench's folder (kept)")
     parser.add_argument("--gpus", type=gpu_list, default=None, help="one GPU (shared mode) or two (dedicated), by "
                         "nvidia-smi index; default: the node's first two, or its one")
     parser.add_argument("--minutes", type=minutes, default=20.0, help="the whole bench's time (default 20)")
-    parser.add_argument("--out", type=Path, default=None,
+    parser.add_argument("--out", type=out_folder, default=None,
                         help=f"also write the JSON and picture here (run/collect; default {RESULTS.relative_to(REPO)} "
                              "for run, none for collect)")
     parser.add_argument("--png", type=Path, default=None, help="plot: the picture to write (default: beside the JSON)")
@@ -616,7 +636,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args.command == "plot":
-        say(f"wrote {redraw(args.json, args.png or args.json.with_suffix('.png'))}")
+        try:
+            say(f"wrote {redraw(args.json, args.png or args.json.with_suffix('.png'))}")
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:  # not the bench's JSON, a bad --png
+            print(f"learning_curve.py: error: cannot draw {args.json}: {type(error).__name__}: "
+                  f"{' '.join(str(error).split())[:200]}", file=sys.stderr)
+            return 2
         return 0
     args.gpus = args.gpus or default_gpus()
     work = Work(args.work)

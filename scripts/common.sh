@@ -122,7 +122,9 @@ hpc_monitor() {
 # First in a helper's main: hpc_remote_intercept USAGE_FN "$@". With --remote among the
 # arguments, the helper runs on that login node instead (python -m hpc.remote run: the
 # same hook as the Python commands', hpc/remote/) and this exits with its exit code; with
-# -h, the remote flags follow the helper's usage. Otherwise it returns.
+# -h, the remote flags follow the helper's usage. Otherwise it returns. PYTHONSAFEPATH=1:
+# `python -m` would put the caller's folder first on the import path, and a folder holding
+# hpc/remote/__main__.py would run as the user; the repository comes from PYTHONPATH alone.
 hpc_remote_intercept() {
   local usage_fn=$1 arg python help=0
   shift
@@ -130,14 +132,15 @@ hpc_remote_intercept() {
     case $arg in
       --remote | --remote=*)
         python=$(hpc_python) || exit 1
-        PYTHONPATH="$HPC_REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" exec "$python" -m hpc.remote run "scripts/$(hpc_prog)" "$@" ;;
+        PYTHONSAFEPATH=1 PYTHONPATH="$HPC_REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" \
+          exec "$python" -m hpc.remote run "scripts/$(hpc_prog)" "$@" ;;
       -h | --help) help=1 ;;
     esac
   done
   if ((help)); then
     "$usage_fn"
     python=$(hpc_python) || exit 1
-    PYTHONPATH="$HPC_REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" "$python" -m hpc.remote help
+    PYTHONSAFEPATH=1 PYTHONPATH="$HPC_REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" "$python" -m hpc.remote help
     exit 0
   fi
 }

@@ -28,7 +28,7 @@ REPO_DIR = Path(__file__).resolve().parents[2]
 
 # -- every HPC_* name, defined once ------------------------------------------------------------------------
 # Python reads and writes each through its constant here (the templates and scripts spell them in bash);
-# tests/hpc/job/test_hpc_names.py fails when Python code elsewhere spells one as a string literal.
+# tests/test_defined_once.py fails when Python code elsewhere spells one as a string literal.
 # The workload's, made when the script is rendered or by the job's blocks (VARIABLES below):
 HPC_REPO = "HPC_REPO"
 HPC_CLUSTER = "HPC_CLUSTER"
@@ -56,6 +56,7 @@ HPC_STALL_MIN = "HPC_STALL_MIN"
 HPC_STALL_FACTOR = "HPC_STALL_FACTOR"
 HPC_COLLAPSE_STEPS = "HPC_COLLAPSE_STEPS"
 HPC_COLLAPSE_SPREAD = "HPC_COLLAPSE_SPREAD"
+HPC_PUBLIC_VARS = "HPC_PUBLIC_VARS"
 # The job script's own state (JOB_STATE), beside the workload's:
 HPC_JUDGE_SERVED = "HPC_JUDGE_SERVED"
 HPC_WORKLOAD_ENV = "HPC_WORKLOAD_ENV"
@@ -124,7 +125,7 @@ JOB_STATE = {
 # The HPC_* names users set (dotenv, .env, --env): each is read with a default where it is used.
 USER_SETTINGS = (HPC_RAY_JOIN_TIMEOUT, HPC_RAY_HOST_SUFFIX, HPC_STOP_TIMEOUT, HPC_SIGNAL_RELAY, HPC_WEBHOOK_URL,
                  HPC_WEBHOOK_TIMEOUT, HPC_WATCH_INTERVAL, HPC_STALL_STARTUP, HPC_STALL_MIN, HPC_STALL_FACTOR,
-                 HPC_COLLAPSE_STEPS, HPC_COLLAPSE_SPREAD)
+                 HPC_COLLAPSE_STEPS, HPC_COLLAPSE_SPREAD, HPC_PUBLIC_VARS)
 
 
 

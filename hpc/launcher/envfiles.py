@@ -6,8 +6,8 @@ so a value in common.env may refer to one a cluster file sets (``${SCRATCH}/art`
 and the user's .env can redefine the base it builds on. Names not set by any
 layer come from the launcher's own environment (SCRATCH on a TACC login node).
 
-Secrets (names ending in _KEY, _TOKEN, _SECRET, or containing PASSWORD or
-WEBHOOK: a webhook's URL carries its token) never go into a rendered script;
+Secrets (hpc/secret_names.py: names such as *_KEY, *_TOKEN, *_PAT, *_PASSWD, *_SECRETS or
+containing PASSWORD or WEBHOOK, and URLs with a password) never go into a rendered script;
 they are written to a 0600 file the job sources at run time. A value that
 interpolates a secret is itself treated as a secret, so
 ``JUDGE_URL=https://u:${API_KEY}@host`` cannot leak the key. A variable whose
@@ -15,24 +15,34 @@ value the launcher prints (RUNS_DIR, ART_PATH and the other paths, hosts and
 numbers of hpc/launcher/jobspec.py's PRINTED_SETTINGS) may not be built from a
 secret: the launch is refused (``MergedEnv.refuse_secret``), since a run directory
 named after a key would be printed by every helper. Reference chains deeper than
-MAX_REFERENCE_DEPTH are refused.
+MAX_REFERENCE_DEPTH are refused, and so are references the launcher would misread (nested
+defaults, the shell's other ${...} forms). A value that is printed holds no line break or
+control character (a fake managed setting in the dry run's list). No message shows a value.
 """
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from dotenv import dotenv_values
+from dotenv.parser import parse_stream
+
 from hpc.digits import is_count
 from hpc.errors import UsageError
-from hpc.secret_names import is_secret_name
+from hpc.secret_names import PUBLIC_SETTING, has_credentials, is_secret_name, public_names
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Only the braced form, as python-dotenv does: a bare "$" (say in a password) stays literal.
 _REFERENCE_RE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
+# A "${NAME" that is not one of those two forms: nested (${A:-${B}}) or shell-only (${A-x}, ${A:=x},
+# ${A:?x}, ${#A}) references would be read wrong (a literal "${B}" in a path), so they are refused.
+_MISREAD_RE = re.compile(r"\$\{(?![A-Za-z_][A-Za-z0-9_]*(?::-(?:[^}$]|\$(?!\{))*)?\})(?=[A-Za-z_#!])")
+# Characters that would make a printed value show something else: line breaks (a fake second line
+# in the dry run's list), other control characters (ESC sequences) and bidirectional overrides.
+UNPRINTABLE_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 REDACTED = "***"
 MAX_REFERENCE_DEPTH = 64  # ${A} -> ${B} -> ...: deeper chains are refused, not followed to a RecursionError
 
@@ -86,20 +96,23 @@ class MergedEnv:
 
 
 def read_dotenv(path: Path) -> EnvLayer:
-    """A dotenv file's raw values (no interpolation yet); missing file = empty layer."""
+    """A dotenv file's raw values (no interpolation yet); missing file = empty layer. A line
+    that is not NAME=VALUE is refused by its number only: it may be a pasted key."""
     if not path.exists():
         return EnvLayer(str(path), {})
     if not path.is_file():
         raise UsageError(f"{path}: expected a dotenv file of KEY=VALUE lines, found something else (a folder, a device)")
     try:
-        raw = dotenv_values(path, interpolate=False)
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not UTF-8 text; expected a dotenv file of KEY=VALUE lines") from None
     values: dict[str, str] = {}
-    for name, value in raw.items():
-        if not NAME_RE.fullmatch(name):
-            raise UsageError(f"{path}: invalid variable name {name!r}; names are [A-Za-z_][A-Za-z0-9_]*")
-        values[name] = "" if value is None else value
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error or (binding.key is not None and (binding.value is None or not NAME_RE.fullmatch(binding.key))):
+            raise UsageError(f"{path}: line {binding.original.line} is not NAME=VALUE with NAME matching "
+                             "[A-Za-z_][A-Za-z0-9_]* (the line is not shown: it may hold a secret)")
+        if binding.key is not None:
+            values[binding.key] = binding.value or ""
     return EnvLayer(str(path), values)
 
 
@@ -127,7 +140,7 @@ def redact_argv(argv: list[str], env: MergedEnv) -> list[str]:
     shown, after_env = [], False
     for arg in argv:
         if after_env or arg.startswith("--env="):
-            arg = _redact_pair(arg)
+            arg = _redact_pair(arg, env)
         for value in values:
             arg = arg.replace(value, REDACTED)
         shown.append(arg)
@@ -135,10 +148,11 @@ def redact_argv(argv: list[str], env: MergedEnv) -> list[str]:
     return shown
 
 
-def _redact_pair(arg: str) -> str:
+def _redact_pair(arg: str, env: MergedEnv) -> str:
     prefix = "--env=" if arg.startswith("--env=") else ""
-    name, sep, _ = arg[len(prefix):].partition("=")
-    return f"{prefix}{name}={REDACTED}" if sep and is_secret_name(name) else arg
+    name, sep, value = arg[len(prefix):].partition("=")
+    secret = name in env.secrets or is_secret_name(name) or has_credentials(value)
+    return f"{prefix}{name}={REDACTED}" if sep and secret else arg
 
 
 def merge_layers(layers: list[EnvLayer], outer: Mapping[str, str]) -> MergedEnv:
@@ -155,7 +169,19 @@ def merge_layers(layers: list[EnvLayer], outer: Mapping[str, str]) -> MergedEnv:
         merged.values[name] = resolver.resolve(name)
     merged.built_from = {name: secret for name, secret in resolver.secret_of.items() if secret}
     merged.secrets = set(merged.built_from)
+    for name, value in merged.public().items():
+        refuse_unprintable(name, value, sources[name])
     return merged
+
+
+def refuse_unprintable(name: str, value: str, source: str) -> None:
+    """A value the launcher prints (every one that is not a secret) holds no line break, control
+    character or direction override: the dry run's list would show what is not there."""
+    bad = UNPRINTABLE_RE.search(value)
+    if bad:
+        raise UsageError(f"{source}: {name}'s value holds the character U+{ord(bad.group()):04X} (a line break, "
+                         "control character or direction override): accepted printable text on one line (a secret "
+                         "such as a PEM key may span lines: its name must say it is one, e.g. *_KEY)")
 
 
 def _merged_raw(layers: list[EnvLayer]) -> tuple[dict[str, str], dict[str, str]]:
@@ -172,6 +198,7 @@ class _Resolver:
 
     def __init__(self, raw: dict[str, str], sources: dict[str, str], outer: Mapping[str, str]):
         self.raw, self.sources, self.outer = raw, sources, outer
+        self.public = public_names(raw.get(PUBLIC_SETTING))  # names declared not secret
         self.done: dict[str, str] = {}
         self.secret_of: dict[str, str | None] = {}  # the secret a value is (built from), if any
         self.depth: dict[str, int] = {}  # the longest chain of references below a name
@@ -181,8 +208,12 @@ class _Resolver:
             return self.done[name]
         if name in stack:
             raise UsageError(f"circular reference in environment: {' -> '.join((*stack, name))}")
-        secret = name if is_secret_name(name) else None
+        secret = name if is_secret_name(name, self.public) else None
         depth = 0
+        if _MISREAD_RE.search(self.raw[name]):
+            raise UsageError(f"{self.sources[name]}: {name} holds a ${{...}} reference the launcher does not read "
+                             "(value not shown): accepted ${NAME} and ${NAME:-default} with a default that holds no "
+                             "${...} (no nesting, no ${NAME-x}, ${NAME:=x}, ${NAME:?x} or ${#NAME})")
 
         def substitute(match: re.Match[str]) -> str:
             nonlocal secret, depth
@@ -193,7 +224,7 @@ class _Resolver:
                 secret, depth = secret or self.secret_of[ref], max(depth, self.depth[ref] + 1)
                 return value
             if ref in self.outer:
-                secret = secret or (ref if is_secret_name(ref) else None)
+                secret = secret or (ref if is_secret_name(ref, self.public) else None)
                 return self.outer[ref]
             if default is not None:
                 return default
@@ -203,6 +234,8 @@ class _Resolver:
             )
 
         value = _REFERENCE_RE.sub(substitute, self.raw[name])
+        if secret is None and has_credentials(value):  # a URL's password, whatever the name
+            secret = name
         if depth > MAX_REFERENCE_DEPTH:
             self._too_deep((*stack, name))
         self.done[name], self.secret_of[name], self.depth[name] = value, secret, depth
@@ -240,4 +273,5 @@ def resolve_one(layers: list[EnvLayer], outer: Mapping[str, str], name: str) -> 
     secret = resolver.secret_of[name]
     if secret:
         raise secret_built_error(name, sources[name], secret)
+    refuse_unprintable(name, value, sources[name])
     return value

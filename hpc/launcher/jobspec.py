@@ -324,13 +324,19 @@ def trainer_config(config: str, train_args: list[str], entrypoint: str) -> "Trai
 
     For the trainer, its own config loader reads the config with every
     --train_arg, so a mistyped key or a bad value fails here, in one line,
-    rather than a day later in the job. Another entrypoint's arguments are its
-    own: only its project= counts."""
-    from hpc.launcher.trainer_config import ConfigError, load_config
+    rather than a day later in the job. trainer.serve's are checked by its own
+    settings reader. Another entrypoint's arguments are its own: only its project= counts."""
+    from hpc.launcher.trainer_config import SERVE_ENTRYPOINTS, ConfigError, ServeError, check_settings, load_config
 
     overrides = train_args if entrypoint == DEFAULT_ENTRYPOINT else [
         pair for pair in train_args if pair.partition("=")[0] == "project"]
     try:
-        return load_config(config, overrides)
+        loaded = load_config(config, overrides)
     except ConfigError as error:
         raise UsageError(f"invalid --train_arg for --config {config}: {error}") from None
+    if entrypoint in SERVE_ENTRYPOINTS:  # the service reads its pairs as settings: checked as it reads them
+        try:
+            check_settings(train_args, loaded.base_model)
+        except ServeError as error:
+            raise UsageError(f"invalid --train_arg for --entrypoint {entrypoint}: {error}") from None
+    return loaded

@@ -54,6 +54,9 @@ SHORT_NAMES = {
 }
 
 _LOGS = "the logs go to <run dir>/logs, where every helper looks"
+# The job's environment is the launcher's to set: a variable passed by sbatch would skip the checks
+# --env makes (the names the job sets itself, secrets kept out of the script).
+_ENV = "give variables with --env NAME=VALUE (or the repo's .env)"
 # Options the launcher or job control sets, or that would break what they do: name -> what to do instead.
 MANAGED_SBATCH_OPTIONS = {
     "time": "use --time_limit",
@@ -80,6 +83,8 @@ MANAGED_SBATCH_OPTIONS = {
     "wait": "the launcher and each job's successor submission go on without waiting for the job",
     "clusters": "job control finds and continues the run's jobs on this cluster",
     "cluster": "job control finds and continues the run's jobs on this cluster",
+    "export": _ENV,
+    "export-file": _ENV,
 }
 # Options with which sbatch submits no job, or not the launcher's script, or not as the user: a
 # launch would write the run and then find no job id, or the job's check of its run folder would fail.

@@ -81,7 +81,7 @@ def printable_value(text: str) -> bool:
 def read_sweep_file(path: Path) -> list[Axis]:
     """A YAML mapping of key -> list of values (a scalar is one value)."""
     try:
-        data = yamlfile.load(sweep_text(path))
+        data = yamlfile.load_plain(sweep_text(path))
     except (OSError, yaml.YAMLError, RecursionError) as error:
         raise UsageError(f"invalid --sweep_file {str(path)!r}: {one_line(error)}") from None
     if not isinstance(data, dict) or not data:

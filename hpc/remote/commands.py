@@ -35,6 +35,7 @@ class Command:
     name: str
     extra_flags: tuple[str, ...] = ()  # flags of its remote form only (hpc.report's --out)
     runner: Runner | None = None  # how it runs there, when not simply streamed
+    check: Callable[[RemoteOptions], None] | None = None  # its extras, checked before anything leaves here
 
     @property
     def prog(self) -> str:
@@ -61,9 +62,15 @@ def run_report(command: Command, conn: Connection, options: RemoteOptions, args:
     return report_and_fetch(conn, options, command.argv_there(args), RUN)
 
 
+def check_report_out(options: RemoteOptions) -> None:
+    from hpc.remote.report_fetch import check_out  # only hpc.report brings files back
+
+    check_out(options.extras.get("--out"))
+
+
 COMMANDS = {command.name: command for command in (
     Command("hpc.launch"),
-    Command("hpc.report", ("--out",), run_report),
+    Command("hpc.report", ("--out",), run_report, check_report_out),
     Command("hpc.accounting"),
     Command("scripts/status.sh"),
     Command("scripts/scancelall.sh"),
@@ -75,6 +82,8 @@ def run_command(name: str, argv: list[str]) -> int:
     command = COMMANDS[name]
     try:
         options, args = split(argv, command.extra_flags)
+        if command.check is not None:
+            command.check(options)
         local = local_tree(REPO, options.uncommitted)
         conn = Connection.to(options.dest)
         conn.open()

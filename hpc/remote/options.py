@@ -7,6 +7,7 @@ it does locally. Stdlib only: intercept.py asks ``wants_remote`` on every start.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -69,11 +70,25 @@ def split(argv: list[str], extra_flags: tuple[str, ...] = ()) -> tuple[RemoteOpt
         elif name in flags:
             taken[name] = value if has_value else next_value(args, name)
         else:
+            refuse_near_miss(name, (*flags, SWITCH))
             rest.append(arg)
     folder = taken["--remote_dir"] if "--remote_dir" in taken else os.environ.get(DIR_VARIABLE) or DEFAULT_DIR
     options = RemoteOptions(dest=checked_dest(taken.get("--remote", "")), remote_dir=checked_dir(folder),
                             uncommitted=uncommitted, extras={k: v for k, v in taken.items() if k in extra_flags})
     return options, rest
+
+
+def refuse_near_miss(name: str, flags: tuple[str, ...]) -> None:
+    """A mistyped remote flag (``--remote_di``, ``--remote-dir``, ``--Remote_Dir``, ``--remote_uncommited``)
+    would reach the command there, which refuses it only after the sync and a first setup.sh
+    on the wrong folder: refused here, before anything leaves this machine."""
+    if not name.startswith("--"):
+        return
+    spelled = name.lower().replace("-", "_")[2:]
+    known = [flag[2:] for flag in flags]
+    remote_like = spelled.startswith(("remot", "rmote", "reomte")) or (len(spelled) >= 3 and "remote".startswith(spelled))
+    if remote_like or difflib.get_close_matches(spelled, known, n=1, cutoff=0.8):
+        raise UsageError(f"unknown remote flag '{printable(name)}' (accepted: {', '.join(flags)})")
 
 
 def next_value(args: Iterator[str], flag: str) -> str:

@@ -16,11 +16,13 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from hpc.remote.options import RemoteOptions
+from hpc.errors import UsageError
+from hpc.remote.options import RemoteOptions, printable
 from hpc.remote.ssh import Connection, RemoteError
 from hpc.remote.sync import IN_CHECKOUT, last_line
 
 REPORT = "report.md"
+OUT_ACCEPTED = "a folder here that you can write, or one to be made"
 # $2: the report.md the report printed (relative paths from the checkout).
 FETCH = IN_CHECKOUT + f"""cd "$d" && cd "$(dirname "$2")" || exit 1
 find . -maxdepth 1 -type f \\( -name {REPORT} -o -name '*.png' \\) | tar -czf - -T -
@@ -40,6 +42,22 @@ def report_and_fetch(conn: Connection, options: RemoteOptions, argv: list[str], 
     print(f"hpc.report: brought {', '.join(moved)} back into {out}", file=sys.stderr)
     print(out / REPORT)
     return 0
+
+
+def check_out(out: str | None) -> None:
+    """--out, before the report runs there: a folder this user can write, or one that can be made
+    (not a file, not /dev/null, not under a file); UsageError otherwise."""
+    if out is None:
+        return
+    if not out.strip():
+        raise UsageError(f"bad --out {out!r} (accepted: {OUT_ACCEPTED})")
+    path = Path(out).expanduser()
+    existing = next(p for p in (path, *path.absolute().parents) if p.exists() or p.is_symlink())
+    if not existing.is_dir():
+        what = "is not a folder" if existing == path else f"is under {existing}, which is not a folder"
+        raise UsageError(f"bad --out '{printable(out)}': it {what} (accepted: {OUT_ACCEPTED})")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"bad --out '{printable(out)}': {existing} is not writable by you (accepted: {OUT_ACCEPTED})")
 
 
 def run_streaming(argv: list[str]) -> tuple[int, str]:
@@ -65,7 +83,10 @@ def fetch(conn: Connection, remote_dir: str, report: str) -> bytes:
 
 def unpack(archive: bytes, out: Path) -> list[str]:
     """The archive's files into ``out``: all of them, or (an incomplete archive) none."""
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a file there now, or a folder made unwritable since check_out
+        raise RemoteError(f"cannot bring the report into {out}: {error.strerror}") from None
     with tempfile.TemporaryDirectory(dir=out, prefix=".incoming-") as folder:
         try:
             with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:

@@ -50,6 +50,7 @@ from typing import Any, Iterable, Sequence
 
 from hpc.run import health, ledger
 from hpc.run.ledger import Chain, JobEnd, JobStart, Outcome, Record, Resubmit, Submit, Successor
+from hpc.run.monitor.display import printable
 from hpc.run.rundir import RunDir
 from hpc.run.steps import Step, parse_time, span, trained_steps, usual_step_seconds
 from hpc.slurm import calls
@@ -656,19 +657,27 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run = run_argument(args.run, args.runs_dir)
     except UsageError as error:
-        print(f"python -m hpc.accounting: {error}", file=sys.stderr)
-        return 2
+        return say(f"python -m hpc.accounting: {error}", 2)
     if not run.holds(run.ledger):
-        print(f"python -m hpc.accounting: {run.path} is not a run directory (no ledger.jsonl; accepted: a run "
-              "name under the runs directory, or a run directory)", file=sys.stderr)
-        return 2
+        return say(f"python -m hpc.accounting: {run.path} is not a run directory (no ledger.jsonl; accepted: a run "
+                   "name under the runs directory, or a run directory)", 2)
     try:
         text = render_text(account_run(run))
     except SlurmError as err:
-        print(f"python -m hpc.accounting: error: {err}", file=sys.stderr)
-        return 1
-    print(text + (f"\n\nUNREADABLE: {run.unreadable_line(limit=10)}" if run.unreadable else ""))
+        return say(f"python -m hpc.accounting: error: {err}", 1)
+    print(terminal_text(text + (f"\n\nUNREADABLE: {run.unreadable_line(limit=10)}" if run.unreadable else "")))
     return 0
+
+
+def say(message: str, code: int) -> int:
+    print(terminal_text(message), file=sys.stderr)
+    return code
+
+
+def terminal_text(text: str) -> str:
+    """What reaches the terminal: each line's control characters escaped (a run folder or job named
+    with ESC or a carriage return can neither drive the terminal nor rewrite a line)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 if __name__ == "__main__":

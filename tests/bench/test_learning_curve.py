@@ -425,3 +425,37 @@ def test_every_warm_up_starts_with_a_copy_lesson_long_enough_to_learn_the_copy()
     0-0.5% good first searches); the first calls alone did, in 300-400 steps (bench/warmup_copy.py:
     0.77 of held-out entities at 300 on an H200, all at 400)."""
     assert all(recipe["copy_steps"] >= 400 for recipe in bench.RECIPES.values())
+
+
+DIGIT_THREE = ["\u0663", "\u06f3", "\u0969", "\uff13", "\U0001d7d1", "\u00b3"]
+
+
+@pytest.mark.parametrize("flag, template", [("--gpus", "{}"), ("--gpus", "0,{}"), ("--gpus", "1{}"),
+                                            ("--minutes", "2{}"), ("--warmup_steps", "{}")])
+@pytest.mark.parametrize("digit", DIGIT_THREE)
+def test_a_number_with_a_digit_that_is_not_ascii_is_refused(capsys, flag: str, template: str, digit: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["plan", flag, template.format(digit)])
+    assert exit_.value.code == 2 and f"invalid {flag}" in capsys.readouterr().err.replace("invalid value", f"invalid {flag}")
+
+
+@pytest.mark.parametrize("out", ["/etc/passwd", "/etc/passwd/x", "/dev/null", ""])
+def test_collect_refuses_an_out_that_cannot_be_a_folder_before_reading_anything(capsys, tmp_path: Path, out: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["collect", "--work", str(tmp_path / "work"), "--out", out])
+    assert exit_.value.code == 2 and "invalid --out" in capsys.readouterr().err
+    assert not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize("content", [None, "", "{}", "[1]", "[" * 100_000, '{"runs": 5}'])
+def test_plot_of_a_json_that_is_not_there_or_not_the_benchs_is_one_line(capsys, tmp_path: Path, content) -> None:
+    path = tmp_path / "curve.json"
+    if content is not None:
+        path.write_text(content)
+    try:
+        code = bench.main(["plot", str(path)])
+    except SystemExit as exit_:  # argparse's refusal of a path that is not there
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "error: " in err.strip().splitlines()[-1]
+    assert not path.with_suffix(".png").exists()

@@ -22,9 +22,11 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from hpc.run.rundir import RunDir
 from hpc.run.serving import address_of
+from hpc.secret_names import has_credentials
 from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import missing_keys, use_bundled_price_table
 from trainer.agent.scenarios import date_problem
@@ -57,15 +59,45 @@ def service_of(run: str) -> tuple[str, str | None]:
     return f"http://{host}:{address['port']}", token.strip() if token else None
 
 
+def checked_url(url: str) -> str:
+    """--url as a service's address: http(s)://HOST[:PORT][/PATH], a port 1..65535, no spaces or
+    control characters (``http://[::1`` and ``http://x:99999`` are refused here, not in httpx)."""
+    bad = AskError(f"bad --url {shown(url)!r} (accepted: http://HOST:PORT or https://..., e.g. http://localhost:8080)",
+                   EXIT_BAD_INPUT)
+    if not url.isascii() or not url.isprintable() or " " in url:
+        raise bad
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # an unclosed [, a port that is no number or out of range
+        raise bad from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        raise bad
+    return url
+
+
+def shown(url: str) -> str:
+    """The URL for a message; one with a password in it is not shown."""
+    return "<a URL with a password, not shown>" if has_credentials(url) else url
+
+
+def checked_token(token: str | None) -> str | None:
+    """A token goes into a header: printable ASCII only (never shown: it is a secret)."""
+    if token is not None and not (token.isascii() and token.isprintable() and token.strip()):
+        raise AskError("bad --token or $SERVE_TOKEN (not shown): accepted the printable ASCII of serve/token",
+                       EXIT_BAD_INPUT)
+    return token
+
+
 def ask_service(url: str, token: str | None, body: dict[str, Any]) -> dict[str, Any]:
     import httpx  # only when a service is asked
 
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers = {"Authorization": f"Bearer {checked_token(token)}"} if token else {}
     try:
-        response = httpx.post(f"{url.rstrip('/')}/invoke", json=body, headers=headers, timeout=600)
+        response = httpx.post(f"{checked_url(url).rstrip('/')}/invoke", json=body, headers=headers, timeout=600)
         data = response.json()
-    except httpx.HTTPError as error:
-        raise AskError(f"cannot reach {url}: {error}") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as error:
+        raise AskError(f"cannot reach {shown(url)}: {str(error).replace(url, shown(url))}") from None
     except ValueError:  # not JSON: a proxy's page, say
         data = None
     if response.status_code != 200:
@@ -73,7 +105,7 @@ def ask_service(url: str, token: str | None, body: dict[str, Any]) -> dict[str, 
         raise AskError(f"{response.status_code}: {' '.join(str(said or response.text[:300]).split())}",
                        EXIT_BAD_INPUT if 400 <= response.status_code < 500 else EXIT_FAILED)
     if not isinstance(data, dict) or not {"answer", "source_ids", "turns", "latency_s"} <= set(data):
-        raise AskError(f"{url} answered 200 with no answer in it: is it trainer.serve?")
+        raise AskError(f"{shown(url)} answered 200 with no answer in it: is it trainer.serve?")
     return data
 
 

@@ -103,5 +103,8 @@ def timed(send: Any, began: float) -> Any:
 
 
 def token_ok(header: str | None, token: str) -> bool:
+    """Compared as bytes: compare_digest refuses str holding non-ASCII (``Bearer \xe9``, a header
+    read as latin-1), which would answer 500 before the 401."""
     scheme, _, given = (header or "").partition(" ")
-    return scheme.lower() == "bearer" and secrets.compare_digest(given.strip(), token)
+    return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode("utf-8", "surrogateescape"),
+                                                                 token.encode("utf-8", "surrogateescape"))

@@ -42,7 +42,6 @@ import asyncio
 import contextlib
 import gc
 import hashlib
-import importlib.util
 import json
 import logging
 import os
@@ -58,41 +57,20 @@ from typing import Any, Callable, Iterator, Sequence
 from pydantic import BaseModel, Field
 
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, OutsideRun, RunDir, read_bytes, utc_now
-from hpc.run.serving import LOCALHOSTS
 from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import use_bundled_price_table
 from trainer.agent.rollout import AgentConfig, request_messages, rollout
 from trainer.agent.scenarios import Scenario, date_problem
 from trainer.evaluation.eval import EvalError, EvalPlan, checkpoint_steps, default_runs_dir, slug
 from trainer.serving.guard import Guard
+from trainer.serving.http_limits import limited_protocol
 from trainer.serving.policy import PolicyError, PolicySpec, base_model_for, open_policy, parse_policy, served_name
+from trainer.serving.settings import SERVE_KEYS, ServeError, ServeSettings, setting_pairs, settings_from
 from trainer.serving.vllm_server import ServerSpec, VLLMServer, free_port
 from trainer.staging.data import default_data_dir
 from trainer.training.config import ConfigError, TrainerConfig, load_config
 
 log = logging.getLogger("trainer.serve")
-SERVE_KEYS = ("model", "host", "port", "max_in_flight", "max_queue", "temperature", "body_timeout")
-
-
-class ServeError(Exception):
-    """A setting the service cannot start with (one line, exit 2)."""
-
-
-@dataclass
-class ServeSettings:
-    """How the service runs."""
-
-    host: str = "127.0.0.1"
-    port: int = 8080
-    max_in_flight: int = 8
-    max_queue: int = 64
-    temperature: float = 0.0
-    body_timeout: int = 10  # seconds a request's body may take to arrive (a slow client is cut off)
-    token: str | None = None  # required in requests when set
-
-    @property
-    def public(self) -> bool:
-        return self.host not in LOCALHOSTS
 
 
 @dataclass
@@ -277,24 +255,45 @@ def served_policy(spec: PolicySpec, config: TrainerConfig, run: RunDir,
         yield open_policy(spec, base_url=server.base_url), {**info, "model": spec.label, "base_model": base_model}
 
 
-def run_service(agent: Agent, settings: ServeSettings, on_ready: Callable[[], None]) -> None:
-    """uvicorn until SIGTERM/SIGINT/SIGUSR1 (a job's end): then it stops taking requests and
-    exits. ``on_ready`` runs once it listens (the address is written only then)."""
+def listening_socket(settings: ServeSettings) -> socket.socket:
+    """The service's socket, bound before the model starts (minutes of vLLM): a host that is no
+    address of this node, or a port in use or not ours to take, is one line at once."""
+    where = f"{settings.host}:{settings.port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except (OSError, UnicodeError) as error:
+        raise ServeError(f"cannot listen on {where}: {getattr(error, 'strerror', None) or error} (expected an "
+                         "address of this node, e.g. 127.0.0.1 or 0.0.0.0)") from None
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+    except OSError as error:
+        listener.close()
+        raise ServeError(f"cannot listen on {where}: {error.strerror or error} (another port: --port or port=)") from None
+    return listener
+
+
+def run_service(agent: Agent, settings: ServeSettings, listener: socket.socket, on_ready: Callable[[], None]) -> None:
+    """uvicorn on ``listener`` until SIGTERM/SIGINT/SIGUSR1 (a job's end): then it stops taking
+    requests and exits. ``on_ready`` runs once it listens (the address is written only then).
+    Request heads are bounded in size and time (trainer/serving/http_limits.py)."""
     import uvicorn  # the web stack only in the service
 
-    server = uvicorn.Server(uvicorn.Config(create_app(agent, settings), host=settings.host, port=settings.port,
-                                           log_level="warning", access_log=False, http=fastest("httptools", "auto")))
+    server = uvicorn.Server(uvicorn.Config(create_app(agent, settings), log_level="warning", access_log=False,
+                                           http=limited_protocol(settings.head_timeout)))
     import_request_path()
     gc.freeze()  # start-up's objects out of every later full collection: those took 50-110 ms
     # USR1 (the time limit) stops it as TERM and INT do; uvicorn (>=0.29) takes TERM and INT itself while it
     # serves, to the same effect, and puts these handlers back after
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
-    event_loop_runner()(serve_until_stopped(server, on_ready))
+    event_loop_runner()(serve_until_stopped(server, listener, on_ready))
 
 
-async def serve_until_stopped(server: Any, on_ready: Callable[[], None]) -> None:
-    serving = asyncio.ensure_future(server.serve())
+async def serve_until_stopped(server: Any, listener: socket.socket, on_ready: Callable[[], None]) -> None:
+    serving = asyncio.ensure_future(server.serve(sockets=[listener]))
     while not server.started and not serving.done():
         await asyncio.sleep(0.05)
     if server.started:
@@ -321,11 +320,6 @@ def import_request_path() -> None:
     from trainer.agent import rollout, scenarios, tools  # noqa: F401
 
 
-def fastest(module: str, fallback: str) -> str:
-    """``module`` (uvicorn's httptools parser) where installed, else ``fallback``."""
-    return module if importlib.util.find_spec(module) else fallback
-
-
 # -- command line ----------------------------------------------------------------------------
 
 
@@ -337,14 +331,12 @@ def parse_args(argv: list[str]) -> tuple[str, TrainerConfig, PolicySpec, ServeSe
     parser.add_argument("--model_base", default=None, help="any OpenAI-compatible endpoint (instead of --model)")
     parser.add_argument("--model_name", default="base", help="the model name to ask --model_base for")
     parser.add_argument("--host", default=None, help="default 127.0.0.1; anything else requires the token")
-    parser.add_argument("--port", type=int, default=None, help="default 8080")
+    parser.add_argument("--port", default=None, help="1..65535, default 8080")
     parser.add_argument("--run_dir", type=Path, default=None, help="where serve/ goes (default: $HPC_RUN_DIR)")
     parser.add_argument("settings", nargs="*", metavar="key=value", help=f"{', '.join(SERVE_KEYS)} (as a job's --train_arg)")
     args = parser.parse_args(argv)
-    values = dict(pair.partition("=")[::2] for pair in args.settings)
-    unknown = sorted(set(values) - set(SERVE_KEYS))
-    if unknown:
-        raise ServeError(f"unknown setting {unknown[0]!r}: accepted {', '.join(SERVE_KEYS)}")
+    values = setting_pairs(args.settings)
+    settings = settings_from(values, args.host, args.port)
     try:
         config = load_config(args.config)
     except ConfigError as error:
@@ -352,36 +344,10 @@ def parse_args(argv: list[str]) -> tuple[str, TrainerConfig, PolicySpec, ServeSe
     model = args.model or values.get("model") or (f"url:{args.model_base}#{args.model_name}" if args.model_base else None)
     if not model:
         raise ServeError("no model to serve: give --model (run:NAME, base, url:..., openai/o3) or --model_base URL")
-    settings = ServeSettings(host=args.host or values.get("host", "127.0.0.1"),
-                             port=args.port or int_value(values, "port", 8080),
-                             max_in_flight=int_value(values, "max_in_flight", 8),
-                             max_queue=int_value(values, "max_queue", 64),
-                             body_timeout=int_value(values, "body_timeout", 10),
-                             temperature=temperature_value(values))
     spec = parse_policy(model, config.base_model)
     run_dir = args.run_dir or (Path(os.environ["HPC_RUN_DIR"]) if os.environ.get("HPC_RUN_DIR")
                                else default_runs_dir() / f"serve-{slug(spec.label)}")
     return args.config, config, spec, settings, RunDir(run_dir)
-
-
-def int_value(values: dict[str, str], key: str, default: int) -> int:
-    text = values.get(key)
-    if text is None:
-        return default
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:
-        raise ServeError(f"invalid {key}={text!r}: expected an integer >= 1")
-    return int(text)
-
-
-def temperature_value(values: dict[str, str]) -> float:
-    text = values.get("temperature", "0")
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 2.0:  # NaN too
-        raise ServeError(f"invalid temperature={text!r}: expected a number from 0 to 2")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -393,10 +359,11 @@ def main(argv: list[str] | None = None) -> int:
         if not db_path.exists():
             raise ServeError(f"no email database at {db_path}: stage it with python -m trainer.data prepare")
         settings.token = ensure_token(run) if settings.public else None
-        with EmailDB(db_path) as db, served_policy(spec, config, run, default_runs_dir()) as (policy, info):
+        with listening_socket(settings) as listener, EmailDB(db_path) as db, \
+                served_policy(spec, config, run, default_runs_dir()) as (policy, info):
             agent = Agent(policy, db, config, settings.temperature,
                           {**info, "data_version": data_version(db_path), "config": config.model_name})
-            run_service(agent, settings, lambda: announce(run, settings, info["model"]))
+            run_service(agent, settings, listener, lambda: announce(run, settings, info["model"]))
     except (ServeError, PolicyError, EvalError) as error:  # EvalError: a run's checkpoint it cannot name
         print(f"trainer.serve: error: {error}", file=sys.stderr)
         return 2

@@ -189,7 +189,7 @@ def _parser() -> argparse.ArgumentParser:
         "prepare", help="build the email database and write the scenario files into the data dir",
         description="Build <data_dir>/" + DB_FILENAME + " and <data_dir>/scenarios/{train,test}.jsonl.",
         epilog=f"SRC is {', '.join(SOURCE_FORMS)}. Existing outputs are kept unless --force.")
-    prepare_cmd.add_argument("--data_dir", type=Path, default=None,
+    prepare_cmd.add_argument("--data_dir", default=None,
                              help="where to write (default: $DATA_DIR, else <repo>/data)")
     prepare_cmd.add_argument("--emails", default=DEFAULT_EMAILS, metavar="SRC",
                              help=f"the emails (default: {DEFAULT_EMAILS})")
@@ -217,7 +217,7 @@ def _parser() -> argparse.ArgumentParser:
     make_cmd.add_argument("out", type=Path, metavar="DIR", help="the model folder to write")
     make_cmd.add_argument("--size", default="small", help="an architecture of trainer/staging/model_sizes.yaml: "
                           "tiny (about 5 MB), small (about 25 MB, default), qwen2.5-14b (agent_008's, 29.5 GB) ...")
-    make_cmd.add_argument("--data_dir", type=Path, default=None,
+    make_cmd.add_argument("--data_dir", default=None,
                           help="the staged data whose emails train the tokenizer (default: $DATA_DIR, else <repo>/data)")
     make_cmd.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     inbox_cmd = commands.add_parser(
@@ -240,7 +240,7 @@ def make_model_folder(args: argparse.Namespace) -> list[str]:
     """``make-model``: the folder, and one line saying what it holds."""
     from trainer.staging.model_maker import corpus, make_model  # numpy and tokenizers: make-model's alone
 
-    data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
+    data_dir = chosen_data_dir(args.data_dir)
     made = make_model(args.out, corpus(data_paths(data_dir).db), args.size, args.seed)
     return [f"model:      {made.path} ({made.size}: {made.parameters / 1e6:.1f}M parameters, vocabulary "
             f"{made.vocab_size}, {made.weight_bytes / 2**20:.1f} MiB of bf16 weights written in {made.weight_seconds:.1f} s "
@@ -284,6 +284,21 @@ def stage_models(args: argparse.Namespace) -> list[str]:
     return [f"HF cache:   {hub}", *stage(repos, hub)]
 
 
+def chosen_data_dir(given: str | None) -> Path:
+    """--data_dir (a folder, or one to be made), else the default. An empty one is refused: Path('')
+    is the current folder, where the database would land unasked."""
+    if given is None:
+        return default_data_dir()
+    if not given.strip() or any(not c.isprintable() for c in given):
+        raise SourceError(f"bad --data_dir {given!r} (accepted: a folder path, made if missing)")
+    path = Path(given)
+    existing = next(p for p in (path, *path.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        where = "is not a folder" if existing == path else f"is under {existing}, which is not a folder"
+        raise SourceError(f"bad --data_dir {given!r}: it {where} (accepted: a folder path, made if missing)")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from trainer.staging.model_maker import ModelMakerError  # numpy and tokenizers: make-model's alone
@@ -296,13 +311,16 @@ def main(argv: list[str] | None = None) -> int:
     except (SourceError, ConfigError, ModelMakerError, SyntheticInboxError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a folder not writable, a disk full: one line, not a traceback
+        print(f"error: {error.filename or ''}: {error.strerror or error}", file=sys.stderr)
+        return 1
     for line in lines:
         print(line)
     return 0
 
 
 def prepare_data(args: argparse.Namespace) -> list[str]:
-    data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
+    data_dir = chosen_data_dir(args.data_dir)
     report = prepare(data_dir, args.emails, args.questions, force=args.force, show_progress=not args.quiet)
     return format_report(report, args.emails, args.questions)
 

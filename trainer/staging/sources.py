@@ -141,7 +141,7 @@ def _saved_dataset_part(folder: Path, split: str | None) -> Part:
 def _json_file(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         raise SourceError(f"source file {path} is unreadable ({error}); save the dataset again") from None
 
 
@@ -194,29 +194,39 @@ def _parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def _jsonl_columns(path: Path) -> tuple[str, ...]:
-    with path.open(encoding="utf-8") as lines:
-        for line in lines:
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except ValueError as error:
-                    raise SourceError(f"source {path}: first line is not JSON ({error})") from None
-                return tuple(row) if isinstance(row, dict) else ()
+    for number, line in _text_lines(path):
+        if line.strip():
+            row = _json_line(path, number, line)
+            return tuple(row) if isinstance(row, dict) else ()
     return ()
 
 
 def _jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
+    for number, line in _text_lines(path):
+        if not line.strip():
+            continue
+        row = _json_line(path, number, line)
+        if not isinstance(row, dict):
+            raise SourceError(f"source {path}:{number}: expected a JSON object, got {type(row).__name__}")
+        yield row
+
+
+def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The file's numbered lines; text that is not UTF-8 is a SourceError naming the file."""
     with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as error:
-                raise SourceError(f"source {path}:{number}: not JSON ({error})") from None
-            if not isinstance(row, dict):
-                raise SourceError(f"source {path}:{number}: expected a JSON object, got {type(row).__name__}")
-            yield row
+        try:
+            yield from enumerate(lines, 1)
+        except UnicodeDecodeError:
+            raise SourceError(f"source {path}: not UTF-8 text (expected JSON lines)") from None
+
+
+def _json_line(path: Path, number: int, line: str) -> Any:
+    """One JSON line; not JSON, or nested deeper than the parser goes (100k '['), is a SourceError."""
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError) as error:
+        why = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        raise SourceError(f"source {path}:{number}: not JSON ({why})") from None
 
 
 def _table_rows(table: Any) -> Iterator[dict[str, Any]]:

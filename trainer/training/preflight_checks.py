@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from hpc.job.vllm_runtime import cache_dir, choose
-from hpc.secret_names import is_secret_name
+from hpc.secret_names import PUBLIC_SETTING, is_secret, public_names
 from trainer.agent.email_db import EmailDB
 from trainer.agent.scenarios import load_scenarios
 from trainer.staging.data import data_paths
@@ -114,8 +114,9 @@ class Context:
 def redact(text: str, env: Mapping[str, str]) -> str:
     """``text`` in one line, secrets of ``env`` as ***, at most MESSAGE_CHARS long."""
     text = " ".join(text.split())
+    public = public_names(env.get(PUBLIC_SETTING))
     for name, value in env.items():
-        if is_secret_name(name) and value and len(value) >= 8:
+        if is_secret(name, value, public) and value and len(value) >= 8:
             text = text.replace(value, "***")
     return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
 

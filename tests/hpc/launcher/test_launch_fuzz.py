@@ -166,7 +166,7 @@ def launch_into(runs: Path, *extra: str) -> tuple[int, str, str]:
     with mock.patch.object(single_run.slurm, "sbatch_path", lambda: None), \
             mock.patch.object(single_run.slurm, "require_sbatch", lambda: "/usr/bin/sbatch"), \
             mock.patch.object(single_run.slurm, "submit", lambda script, dependency=None: "4242"), \
-            mock.patch.object(single_run.slurm, "active_jobs", lambda ids: {}), \
+            mock.patch.object(single_run.slurm, "active_jobs", lambda *asked: {}), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = launch.main(["--cluster=local", "--job_name=nb2", "--time_limit=30", f"--runs_dir={runs}",
                             "--entrypoint=tests.doubles.step_trainer", "--no_preflight",

@@ -148,7 +148,7 @@ def test_the_projects_own_dotenv_files_set_no_managed_variable():
     (b"\xff\xfeseed: [1, 2]", "not UTF-8 text"),
     (b"seed: [[1, 2]]", "plain values"),
     (b"seed: {a: 1}", "plain values"),
-    (b"a: &a [x, x, x, x]\nb: &b [*a, *a, *a, *a]\nseed: [*b, *b, *b, *b]\n", "plain values"),
+    (b"a: &a [x, x, x, x]\nb: &b [*a, *a, *a, *a]\nseed: [*b, *b, *b, *b]\n", "an alias (*name)"),
     (b"seed: " + b"[" * 3000 + b"]" * 3000, "invalid --sweep_file"),
     (b"seed: [1, 2]\n" + b"# padding\n" * 120_000, "larger than"),
     (b"- 1\n- 2\n", "expected a mapping"),
@@ -181,7 +181,7 @@ def test_a_chain_within_the_limit_resolves(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("content, fragment", [(b"A=\xff\xfe\n", "not UTF-8 text"), (b"\x89PNG\x00", "not UTF-8 text"),
-                                               (b"\x00\x01\x02", "invalid variable name")])
+                                               (b"\x00\x01\x02", "line 1 is not NAME=VALUE")])
 def test_a_users_dotenv_file_that_is_not_text_is_one_line(tmp_path, content, fragment):
     (tmp_path / ".env").write_bytes(content)
     with pytest.raises(UsageError, match=fragment):
@@ -244,3 +244,51 @@ def test_a_bash_read_only_variable_in_the_repos_env_is_refused_too(tmp_path):
     layer_file.write_text("SHELLOPTS=xtrace\n")
     with pytest.raises(UsageError, match="sets SHELLOPTS, which is bash's own, read-only"):
         env_layers(load_registry().clusters["local"], [], repo_dir=tmp_path)
+
+
+# -- issue 39: the serve entrypoint's --train_arg, --sbatch_arg=--export, --env values that fake a line ----------
+
+@pytest.mark.parametrize("entrypoint", ["trainer.serve", "trainer.serving.serve"])
+@pytest.mark.parametrize("pairs, fragment", [
+    (["model=run:a", "port=99999"], "invalid port '99999'"),
+    (["model=run:a", "port=65536"], "invalid port '65536'"),
+    (["model=run:a", "port=0"], "invalid port '0'"),
+    (["model=run:a", "port=-5"], "invalid port '-5'"),
+    (["model=run:a", "port=٣"], "invalid port"),
+    (["model=run:a", "learning_rate=nan"], "unknown setting 'learning_rate'"),
+    (["model=run:../x"], "invalid model 'run:../x'"),
+    (["model=run:a", "temperature=nan"], "invalid temperature='nan'"),
+    (["model=run:a", "host=a b"], "invalid host 'a b'"),
+    (["port=8081"], "no model to serve"),
+])
+def test_a_serve_jobs_train_arg_is_checked_as_the_service_reads_it(capsys, tmp_path, entrypoint, pairs, fragment):
+    args = [arg for pair in pairs for arg in ("--train_arg", pair)]
+    err = refused(capsys, tmp_path, "--entrypoint", entrypoint, "--config", "smoke", *args)
+    assert f"invalid --train_arg for --entrypoint {entrypoint}: " in err and fragment in err, err
+
+
+def test_a_serve_job_with_good_settings_passes(capsys, tmp_path):
+    out = accepted(capsys, tmp_path, "--entrypoint", "trainer.serve", "--config", "smoke", "--train_arg",
+                   "model=run:agent_008@30", "--train_arg", "port=8081", "--train_arg", "host=0.0.0.0")
+    assert "python -m trainer.serve --config smoke model=run:agent_008@30 port=8081 host=0.0.0.0" in out
+
+
+@pytest.mark.parametrize("line", ["--export=ALL,HPC_SETUP_ERROR=boom", "--export=ALL,RAY_ADDRESS=x",
+                                  "--export=HPC_NOTIFY_PROXY=x", "--export NONE", "--export-file=/tmp/env",
+                                  "--export-f=/tmp/env", "--mail-type=END --export=ALL"])
+def test_sbatch_export_is_the_launchers(capsys, tmp_path, line):
+    err = refused(capsys, tmp_path, f"--sbatch_arg={line}")
+    assert "which the launcher manages: give variables with --env NAME=VALUE" in err
+
+
+@pytest.mark.parametrize("value", ["x\nexport HPC_RUN_DIR=/etc", "x\rHPC_RUN_DIR=/etc", "x\x1b[1Ay", "x\u2028y"])
+def test_an_env_value_that_would_fake_a_line_in_the_preview_is_refused(capsys, tmp_path, value):
+    err = refused(capsys, tmp_path, "--env", f"NOTE={value}")
+    assert "--env: NOTE's value holds the character U+" in err
+
+
+@pytest.mark.parametrize("pair", ["DB_PASSWD=" + SECRET, "GITHUB_PAT=" + SECRET, "CLIENT_SECRETS=" + SECRET,
+                                  "OPENAI_API_KEYS=" + SECRET, f"DATABASE_URL=postgres://u:{SECRET}@h/db"])
+def test_a_widened_secret_never_reaches_the_dry_run_or_the_script(capsys, tmp_path, pair):
+    out = accepted(capsys, tmp_path, "--env", pair)
+    assert SECRET not in out and f"{pair.split('=')[0]}=***" in out.replace("'", "")

@@ -31,7 +31,8 @@ VALUES = {"time": "5", "job-name": "x", "nodes": "1", "gres": "gpu:1", "gpus": "
           "cpus-per-task": "1", "ntasks-per-node": "1", "tasks-per-node": "1", "partition": "debug",
           "account": "acct", "qos": "normal", "mem": "100", "constraint": "c", "output": "/tmp/x.out",
           "error": "/tmp/x.err", "open-mode": "append", "signal": "USR1@60", "dependency": "singleton",
-          "array": "1-2", "clusters": "c1", "cluster": "c1"}
+          "array": "1-2", "clusters": "c1", "cluster": "c1", "export": "ALL,HPC_SETUP_ERROR=boom",
+          "export-file": "/dev/null"}
 
 
 def refusal(lines: list[str]) -> str | None:
@@ -79,6 +80,14 @@ def refusal(lines: list[str]) -> str | None:
     (["--comment='a b'"], "without quotes, backslashes or '#'"),
     (["--comment=a#-o/x"], "without quotes, backslashes or '#'"),
     (["--comment=a\\ b"], "without quotes, backslashes or '#'"),
+    (["--export=ALL,HPC_SETUP_ERROR=boom"], "sets --export, which the launcher manages: give variables with --env"),
+    (["--export=NONE"], "sets --export, which the launcher manages"),
+    (["--export RAY_ADDRESS=x"], "sets --export, which the launcher manages"),
+    (["--mail-type=END", "--export HPC_NOTIFY_PROXY=x"], "sets --export, which the launcher manages"),
+    (["--export-file=/tmp/env"], "sets --export-file, which the launcher manages: give variables with --env"),
+    (["--export-f /tmp/env"], "sbatch reads --export-f as --export-file"),
+    (["--export-=/tmp/env"], "sbatch reads --export- as --export-file"),
+    (["--exp=ALL"], "sbatch cannot tell which option --exp is (--export, --export-file)"),
     (["--x=1\n#SBATCH --y"], "on one line"),
     (["--mail-type=END\r"], "on one line"),
 ])

@@ -104,3 +104,26 @@ def test_every_expansion_has_one_valid_unique_name_per_combination(spec, sweep):
     assert all(JOB_NAME_RE.fullmatch(m.name) and m.name.startswith(f"{sweep}.") for m in members)
     assert {tuple(m.overrides) for m in members} == {
         tuple(f"{k}={v}" for k, v in zip(spec, combo)) for combo in __import__("itertools").product(*spec.values())}
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("seed: [1]\nseed: [2]\n", "the key 'seed' is given twice (again at line 2"),
+    ("seed: [1]\n'seed': [2]\n", "the key 'seed' is given twice"),
+    ("learning_rate: [1e-5]\n\"learning_rate\" : [2e-5]\n", "the key 'learning_rate' is given twice"),
+    ("seed: &s [1, 2]\nnum_epochs: *s\n", "an alias (*name)"),
+    ("seed: &s 1\nnum_epochs: [*s]\n", "an alias (*name)"),
+    ("a: &b {seed: [1]}\n<<: *b\n", "a merge key (<<)"),
+    ("x: &x [1, 2, 3]\ny: &y [*x, *x, *x, *x, *x, *x, *x, *x]\nz: [*y, *y, *y, *y, *y, *y, *y, *y]\n", "an alias"),
+])
+def test_a_sweep_file_with_a_key_twice_or_an_alias_is_refused(tmp_path: Path, text, fragment):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match="invalid --sweep_file") as error:
+        sweeps.read_sweep_file(path)
+    assert fragment in str(error.value) and "\n" not in str(error.value)
+
+
+def test_an_anchor_nobody_refers_to_is_harmless(tmp_path: Path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text("seed: &s [1, 2]\n")
+    assert [(a.key, a.values) for a in sweeps.read_sweep_file(path)] == [("seed", ("1", "2"))]

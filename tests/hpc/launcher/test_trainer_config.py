@@ -31,11 +31,11 @@ def test_the_launcher_reads_the_trainer_only_through_its_config_seam() -> None:
     assert readers == {SEAM}
 
 
-def test_the_seam_is_the_trainers_config_alone() -> None:
+def test_the_seam_is_the_trainers_config_and_the_services_settings_alone() -> None:
     trainer_modules = {name for name in imported(REPO / "hpc" / "launcher" / "trainer_config.py")
                        if name.startswith("trainer.")}
     assert {name.rpartition(".")[0] if name.count(".") > 2 else name for name in trainer_modules} == {
-        "trainer.training.config"}
+        "trainer.training.config", "trainer.serving.settings"}
 
 
 def own_imports(path: Path, known: set[str]) -> set[str]:

@@ -124,3 +124,26 @@ def test_help_of_each_command_lists_the_remote_flags(laptop: Laptop):
     for script in ("status.sh", "scancelall.sh"):
         shown = laptop.script(script, "--help")
         assert shown.returncode == 0 and shown.stdout.startswith("Usage:") and "--remote DEST" in shown.stdout
+
+
+@pytest.mark.parametrize("out", ["existing-file", "/dev/null", "existing-file/inside", ""])
+def test_report_out_that_cannot_be_a_folder_is_refused_before_any_connection(tmp_path, monkeypatch, capsys, out):
+    from hpc.remote.commands import run_command
+
+    (tmp_path / "existing-file").write_text("mine\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    code = run_command("hpc.report", ["agent_008", "--remote", "nobody@unreachable.invalid", "--out", out])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("hpc.report: error: bad --out") and err.count("\n") == 1, err
+    assert (tmp_path / "existing-file").read_text() == "mine\n" and not (tmp_path / "home").exists()
+
+
+def test_a_mistyped_remote_flag_is_refused_before_any_sync(tmp_path, monkeypatch, capsys):
+    from hpc.remote.commands import run_command
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    code = run_command("hpc.launch", ["--remote", "nobody@unreachable.invalid", "--remote_di", str(tmp_path / "d"),
+                                      "--job_name", "x", "--time_limit", "5", "--dry_run"])
+    assert code == 2 and "unknown remote flag '--remote_di'" in capsys.readouterr().err
+    assert not (tmp_path / "home").exists() and not (tmp_path / "d").exists()

@@ -37,3 +37,16 @@ def test_a_bad_destination_or_folder_is_one_line_naming_it(argv, message):
     with pytest.raises(UsageError) as refused:
         split(argv)
     assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("typo", ["--remote_di", "--remote-dir", "--Remote_Dir", "--remotedir", "--remote_dirr",
+                                  "--remte_dir", "--remote_uncommited", "--remote-uncommitted", "--remot", "--rem",
+                                  "--remote_di=~/x", "--REMOTE"])
+def test_a_mistyped_remote_flag_is_refused_before_anything_leaves(typo):
+    with pytest.raises(UsageError, match=r"unknown remote flag '--\w[\w-]*' \(accepted: --remote, --remote_dir"):
+        split(["--remote", "vista", typo, "~/x", "--job_name", "a"])
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--run", "--report", "--runs_dir", "--retries", "--time_limit", "--rerun"])
+def test_the_commands_own_flags_are_not_taken_for_remote_typos(flag):
+    assert split(["--remote", "vista", flag, "x"])[1] == [flag, "x"]

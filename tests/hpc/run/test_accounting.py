@@ -405,3 +405,20 @@ def test_a_job_that_started_but_sacct_has_not_recorded_is_named_not_quietly_left
     recorded = account("r", fake.files(), [row("11", "COMPLETED", 1, 60, 301), row("12", "RUNNING", 301, 320, None,
                                                                                   now=500)], GRES, now=t(500))
     assert recorded.unrecorded == () and "NOTE" not in accounting.render_text(recorded)
+
+
+@pytest.mark.parametrize("name", ["r\x1b[2J\x1b[31mred", "r\rfake", "r\x07bell", "r\x9bcsi", "r\u202eevil"])
+def test_a_run_folder_named_with_control_characters_is_printed_escaped(tmp_path, monkeypatch, capsys, name):
+    fake = FakeRun(tmp_path / name)
+    files, rows = requeued_run(fake)
+    monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: [r for r in rows if r.job_id in ids])
+    assert accounting.main([str(fake.path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"Run {name.encode('unicode_escape').decode()}: where the GPU-hours went")
+    assert all(ch.isprintable() for ch in out.replace("\n", "")), "no control character reaches the terminal"
+
+
+def test_a_folder_with_control_characters_that_is_no_run_is_named_escaped(tmp_path, capsys):
+    assert accounting.main([str(tmp_path / "x\x1b]0;owned\x07")]) == 2
+    err = capsys.readouterr().err
+    assert "x\\x1b]0;owned\\x07 is not a run directory" in err and all(c.isprintable() for c in err.rstrip("\n"))

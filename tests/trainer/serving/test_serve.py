@@ -4,6 +4,7 @@ a full queue, the token beyond localhost, and trainer.ask."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -23,6 +24,7 @@ from trainer.serving.vllm_server import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 BODY_TIMEOUT = 2  # seconds the module's service waits for a request's body
+HEAD_TIMEOUT = 2  # and for a request's head
 INBOX = "vince.kaminski@enron.com"
 SOURCE = "<10067.1075840530573.JavaMail.evans@thyme>"
 
@@ -64,12 +66,18 @@ def start(model: OpenAIServer, data_dir: Path, run_dir: Path, *extra: str) -> tu
 
 
 @pytest.fixture(scope="module")
-def service(model, tmp_path_factory, art_e_data_dir) -> Iterator[str]:
+def served(model, tmp_path_factory, art_e_data_dir) -> Iterator[tuple[subprocess.Popen, str]]:
     run_dir = tmp_path_factory.mktemp("serve_run")
-    child, url = start(model, art_e_data_dir, run_dir, "max_in_flight=1", "max_queue=1", f"body_timeout={BODY_TIMEOUT}")
-    yield url
+    child, url = start(model, art_e_data_dir, run_dir, "max_in_flight=1", "max_queue=1", f"body_timeout={BODY_TIMEOUT}",
+                       f"head_timeout={HEAD_TIMEOUT}")
+    yield child, url
     child.terminate()
     assert child.wait(30) == 75, "stopped cleanly at TERM (75: stopped on request)"
+
+
+@pytest.fixture(scope="module")
+def service(served) -> str:
+    return served[1]
 
 
 def invoke(url: str, body: object, **kw) -> httpx.Response:
@@ -277,3 +285,186 @@ def test_serving_at_best_of_a_run_without_validation_is_one_line_exit_2(art_e_da
     assert done.returncode == 2, done.stderr
     assert "run trained has no validation, so it has no best checkpoint" in done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+# -- request heads: bounded in size and in time (trainer/serving/http_limits.py) ------------------
+
+
+def rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+
+
+def send_unfinished_head(url: str, head: bytes, filler: bytes, total: int) -> tuple[int, bytes]:
+    """Send ``head`` then up to ``total`` bytes of ``filler`` without ever ending the head; (bytes
+    the service took before it closed, its reply)."""
+    where = urlsplit(url)
+    sent = 0
+    with socket.create_connection((where.hostname, where.port), timeout=30) as connection:
+        try:
+            connection.sendall(head)
+            while sent < total:
+                connection.sendall(filler)
+                sent += len(filler)
+        except OSError:  # refused and closed
+            pass
+        reply = b""
+        try:
+            while chunk := connection.recv(65536):
+                reply += chunk
+        except OSError:
+            pass
+    return sent, reply
+
+
+@pytest.mark.parametrize("head, filler", [
+    (b"POST /invoke HTTP/1.1\r\nHost: x\r\nX-Pad: ", b"a" * 65536),  # one endless header
+    (b"POST /invoke HTTP/1.1\r\nHost: x\r\n", b"X-A: b\r\n" * 8192),  # endless small headers
+    (b"GET /health?", b"q" * 65536),  # an endless request line
+    (b"POST /invoke HTTP/1.1\r\nHost: x\r\nX-Pad: ", b"a" * 100),  # in small pieces
+], ids=["one-header", "many-headers", "request-line", "small-pieces"])
+def test_a_request_head_over_16_kib_is_431_and_the_connection_closed(service: str, head: bytes, filler: bytes) -> None:
+    sent, reply = send_unfinished_head(service, head, filler, 20 * 2**20)
+    assert reply.startswith(b"HTTP/1.1 431 ") and b"request head over 16384 bytes" in reply, reply[:200]
+    assert sent < 4 * 2**20, "refused long before the 20 MB were taken"
+
+
+def test_ten_clients_sending_20_mb_heads_leave_the_services_memory_bounded(served) -> None:
+    import concurrent.futures
+
+    child, url = served
+    before = rss_kib(child.pid)
+    head, filler = b"POST /invoke HTTP/1.1\r\nHost: x\r\nX-Pad: ", b"a" * 65536
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        replies = list(pool.map(lambda _: send_unfinished_head(url, head, filler, 20 * 2**20), range(10)))
+    assert all(reply.startswith(b"HTTP/1.1 431 ") for _, reply in replies)
+    assert rss_kib(child.pid) - before < 30 * 1024, "at most a head's limit and a read per connection"
+    assert httpx.get(f"{url}/health").status_code == 200
+
+
+@pytest.mark.parametrize("parts, gap", [
+    ([], 0.0),  # connects and sends nothing
+    ([b"POST /invoke HTTP/1.1\r\n"], 0.0),  # half a head, then silence
+    ([b"GET /health HTTP/1.1\r\nX-A: "] + [b"b"] * 40, 0.25),  # a trickle: each byte in time, the head never done
+], ids=["silent", "half-head", "trickle"])
+def test_a_request_head_that_does_not_arrive_in_time_is_408_and_closed(service: str, parts, gap: float) -> None:
+    where = urlsplit(service)
+    began = time.monotonic()
+    with socket.create_connection((where.hostname, where.port), timeout=30) as connection:
+        try:
+            for part in parts:
+                connection.sendall(part)
+                time.sleep(gap)
+        except OSError:
+            pass
+        reply = b""
+        try:
+            while chunk := connection.recv(65536):
+                reply += chunk
+        except OSError:
+            pass
+    assert reply.startswith(b"HTTP/1.1 408 ") and b"request head not received within 2 s" in reply, reply[:200]
+    assert time.monotonic() - began < HEAD_TIMEOUT + 3
+
+
+def test_two_hundred_half_sent_requests_are_all_closed_within_the_head_timeout(service: str) -> None:
+    where = urlsplit(service)
+    connections = [socket.create_connection((where.hostname, where.port), timeout=30) for _ in range(200)]
+    began = time.monotonic()
+    try:
+        for connection in connections:
+            connection.sendall(b"POST /invoke HTTP/1.1\r\nHost: x\r\nContent-")
+        closed = 0
+        for connection in connections:  # each read returns once the service has answered and closed
+            connection.settimeout(max(0.1, began + HEAD_TIMEOUT + 10 - time.monotonic()))
+            reply = b""
+            with contextlib.suppress(OSError):
+                while chunk := connection.recv(65536):
+                    reply += chunk
+            closed += reply.startswith(b"HTTP/1.1 408 ")
+    finally:
+        for connection in connections:
+            connection.close()
+    assert closed == 200 and time.monotonic() - began < HEAD_TIMEOUT + 10
+    assert httpx.get(f"{service}/health").status_code == 200
+
+
+def test_a_slow_answer_is_not_cut_by_the_head_timeout(service: str) -> None:
+    """The head timer runs only while a connection waits for a head: a 2 s answer over a
+    keep-alive connection, then a second request on it, both answered."""
+    body = {"question": "slow one", "inbox": INBOX, "query_date": "2000-03-28"}
+    with httpx.Client(timeout=60) as client:
+        first = client.post(f"{service}/invoke", json=body)
+        second = client.get(f"{service}/health")
+    assert first.status_code == 200 and second.status_code == 200
+
+
+# -- settings and where it listens: one line, exit 2, before the model starts -----------------------
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--port", "99999"], "invalid port '99999': expected a whole number from 1 to 65535"),
+    (["--port", "65536"], "invalid port '65536'"),
+    (["--port", "0"], "invalid port '0'"),
+    (["--port=-5"], "invalid port '-5'"),
+    (["--port", "\u0663"], "invalid port"),
+    (["port=99999"], "invalid port '99999'"),
+    (["port=0"], "invalid port '0'"),
+    (["--host", "a b"], "invalid host 'a b'"),
+    (["--host", "192.0.2.1"], "cannot listen on 192.0.2.1:"),  # an address of no interface here
+    (["learning_rate=nan"], "unknown setting 'learning_rate'"),
+])
+def test_a_bad_port_host_or_setting_is_one_line_exit_2(model, tmp_path, art_e_data_dir, monkeypatch, capsys,
+                                                       argv, fragment) -> None:
+    from trainer.serving.serve import main as serve_main
+
+    monkeypatch.setenv("DATA_DIR", str(art_e_data_dir))
+    monkeypatch.delenv("HPC_RUN_DIR", raising=False)
+    code = serve_main(["--config", "smoke", "--model_base", model.base_url, "--model_name", "policy",
+                       "--run_dir", str(tmp_path / "run"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("trainer.serve: error: ") and err.count("\n") == 1 and fragment in err, err
+    assert not (tmp_path / "run" / "serve" / "address.json").exists()
+
+
+def test_a_port_in_use_is_one_line_before_the_model_starts(model, tmp_path, art_e_data_dir, monkeypatch, capsys) -> None:
+    from trainer.serving.serve import main as serve_main
+
+    monkeypatch.setenv("DATA_DIR", str(art_e_data_dir))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = serve_main(["--config", "smoke", "--model_base", model.base_url, "--model_name", "policy",
+                           "--run_dir", str(tmp_path / "run"), "--port", str(port)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"cannot listen on 127.0.0.1:{port}: Address already in use" in err and err.count("\n") == 1
+
+
+def test_a_non_ascii_authorization_is_401_not_500(model, tmp_path, art_e_data_dir) -> None:
+    child, url = start(model, art_e_data_dir, tmp_path / "public", "--host", "0.0.0.0")
+    try:
+        for value in (b"Bearer \xe9", b"Bearer \xc3\xa9\xc3\xa9", b"\xe9\xe9", b"Bearer \xff" * 100):
+            status, reply, _ = exchange(url, "GET /info HTTP/1.1\nHost: x\nConnection: close\n"
+                                        + "Authorization: " + value.decode("latin-1") + "\n")
+            assert status == 401, reply[:300]
+    finally:
+        child.terminate()
+        child.wait(30)
+    assert "Traceback" not in child.stdout.read()
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://x:99999", "http://[::1]:0", "ftp://x", "", "http://a b",
+                                 "http://\u00e9.example:8080", "localhost:8080"])
+def test_ask_refuses_a_url_it_cannot_use_in_one_line(capsys, url: str) -> None:
+    assert ask_main(["q", "--inbox", INBOX, "--date", "2000-03-28", "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trainer.ask: error: bad --url") and err.count("\n") == 1, err
+
+
+def test_ask_never_shows_a_url_password_or_a_bad_token(capsys) -> None:
+    assert ask_main(["q", "--inbox", INBOX, "--date", "2000-03-28", "--url", "http://u:hunter2@[::1"]) == 2
+    assert ask_main(["q", "--inbox", INBOX, "--date", "2000-03-28", "--url", "http://127.0.0.1:1",
+                     "--token", "s\u00e9cret"]) == 2
+    err = capsys.readouterr().err
+    assert "hunter2" not in err and "s\u00e9cret" not in err and err.count("\n") == 2, err

@@ -334,3 +334,50 @@ def test_a_hub_dataset_is_read_through_datasets_load_dataset(tmp_path: Path, mon
     report = prepare(tmp_path, "corbt/enron-emails", "corbt/enron_emails_sample_questions", show_progress=False)
     assert sorted(asked) == sorted(hub) and report.database.inserted == KEPT
     _check_staged(tmp_path)
+
+
+@pytest.mark.parametrize("given, message", [
+    ("", "bad --data_dir '' (accepted: a folder path"),
+    ("  ", "bad --data_dir '  '"),
+    ("/etc/passwd", "bad --data_dir '/etc/passwd': it is not a folder"),
+    ("/etc/passwd/data", "it is under /etc/passwd, which is not a folder"),
+    ("/dev/null", "it is not a folder"),
+    ("d\nx", "bad --data_dir 'd\\nx'"),
+])
+def test_a_data_dir_that_is_empty_or_no_folder_is_refused_and_nothing_lands_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], given: str,
+        message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = data_main(["prepare", "--data_dir", given, "--quiet", "--emails", str(FIXTURE_EMAILS),
+                      "--questions", str(FIXTURE_QUESTIONS)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("first_line, message", [
+    ("[" * 100_000, "not JSON (nested too deeply)"),
+    ('{"a": ' * 50_000, "not JSON"),
+    (b"\xff\xfe{}", "not UTF-8 text"),
+])
+def test_a_source_whose_first_line_defeats_the_json_parser_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], first_line: str | bytes, message: str) -> None:
+    source = tmp_path / "questions.jsonl"
+    if isinstance(first_line, bytes):
+        source.write_bytes(first_line + b"\n")
+    else:
+        source.write_text(first_line + "\n")
+    code = data_main(["prepare", "--data_dir", str(tmp_path / "data"), "--quiet", "--emails", str(FIXTURE_EMAILS),
+                      "--questions", str(source)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err and str(source) in err, err
+    assert files_under(tmp_path / "data") == []
+
+
+def test_a_source_with_a_deep_line_further_down_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "emails.jsonl"
+    source.write_text(json.dumps(EMAILS[0]) + "\n" + "[" * 100_000 + "\n")
+    code = data_main(["prepare", "--data_dir", str(tmp_path / "data"), "--quiet", "--emails", str(source),
+                      "--questions", str(FIXTURE_QUESTIONS)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"{source}:2: not JSON (nested too deeply)" in err, err
