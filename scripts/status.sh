@@ -34,6 +34,8 @@ Under the table, one line per run that has had a job: goodput (training step
 time / allocated time), GPU-hours charged and lost (start-up, validation,
 abandoned work, idle), GPU-hours per step and to finish.
 The breakdown per job: .venv/bin/python -m hpc.accounting RUN
+One squeue and at most one sacct call; a run unchanged since the last call, its jobs
+ended, is shown from your cache folder (docs/watching.md: what status reads).
 
   --run NAME        only this run (a directory under the runs directory) and its jobs,
                     or every run of the sweep NAME (runs of a sweep are listed together)

@@ -258,8 +258,8 @@ def run_views(every: list[RunDir], answers: SlurmAnswers, cache: status_cache.St
     records = {r.name: ledger.readable(r) for r in runs if r.name not in kept}
     starts = all_starts(kept, records)
     contexts = Contexts(starts, settings)
-    reused = {name for name, e in kept.items() if answers.active is not None
-              and not set(e.job_ids) & answers.active.keys() and e.context == contexts.of(e.job_ids)}
+    queued = answers.active.keys() if answers.active is not None else set()  # squeue silent: the kept rows stand
+    reused = {name for name, e in kept.items() if not set(e.job_ids) & queued and e.context == contexts.of(e.job_ids)}
     records.update({r.name: ledger.readable(r) for r in runs if r.name in kept and r.name not in reused})
     answers.rows, answers.sacct_note = sacct_rows({job for recs in records.values() for job in ledger.job_ids(recs)})
     fresh = [r for r in runs if r.name not in reused]
@@ -434,7 +434,8 @@ def unknown_note(answers: SlurmAnswers) -> str:
     """What the table cannot say, when Slurm did not answer (the error line follows on stderr)."""
     notes = []
     if answers.active is None:
-        notes.append("SLURM QUEUE UNKNOWN (squeue did not answer): states are accounting's, no run is called PARKED")
+        notes.append("SLURM QUEUE UNKNOWN (squeue did not answer): states are accounting's; a run read now is not "
+                     "called PARKED")
     if answers.sacct_note:
         notes.append("ACCOUNTING UNKNOWN (sacct did not answer): STATE and GPU-H of runs read now are '-'")
     return "".join(f"\n  {note}" for note in notes)

@@ -255,3 +255,16 @@ def test_kept_rows_survive_a_ledger_read_by_a_newer_release(tmp_path, slurm_stan
     kept.write_text("{torn")
     assert "3/10" in status(tmp_path / "runs", capsys)
     assert ledger.job_ids(ledger.read(RunDir(tmp_path / "runs" / "a"))) == ["5"]
+
+
+def test_when_squeue_does_not_answer_kept_rows_stand_and_the_table_says_so(tmp_path, slurm_stand_in, capsys,
+                                                                           read_runs):
+    finished_run(tmp_path / "runs", "a", "5")
+    first = status(tmp_path / "runs", capsys)
+    squeue = slurm_stand_in / "bin" / "squeue"
+    squeue.write_text("#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller' >&2\nexit 1\n")
+    with pytest.raises(runs.Failure, match="squeue failed"):
+        runs.status_view(getpass.getuser(), tmp_path / "runs", "")
+    out = capsys.readouterr().out
+    assert "UNKNOWN (squeue failed" in out and "SLURM QUEUE UNKNOWN" in out
+    assert first.splitlines()[1:] == out.split("\n\n", 1)[1].splitlines()[2:] and read_runs == ["a"]
