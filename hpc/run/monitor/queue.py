@@ -15,11 +15,13 @@ from hpc.slurm.calls import SlurmError
 from hpc.slurm.output import QueuedJob
 from hpc.slurm.states import JobState
 
+SLURM_TIMEOUT = 30  # seconds status.sh waits for squeue, then for sacct, before it shows the runs without
+
 
 def user_queue(user: str) -> list[QueuedJob]:
-    """The user's queued and running jobs (the view cannot do without them)."""
+    """The user's queued and running jobs (the queue view cannot do without them)."""
     try:
-        return calls.queue(user=user, timeout=120)
+        return calls.queue(user=user, timeout=SLURM_TIMEOUT)
     except SlurmError as err:
         raise Failure(str(err)) from None
 

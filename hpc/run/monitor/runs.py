@@ -18,7 +18,7 @@ from hpc.run.health import check as health_check
 from hpc.run.ledger import JobStart, Record, Submit
 from hpc.run.monitor import status_cache
 from hpc.run.monitor.display import Failure, duration, printable, table
-from hpc.run.monitor.queue import print_queue
+from hpc.run.monitor.queue import SLURM_TIMEOUT, print_queue, user_queue
 from hpc.run.monitor.rundirs import read_marker, run_dirs, unreadable_folder
 from hpc.run.ownership import model_dir_of
 from hpc.run.rundir import RunDir, Skipped
@@ -32,9 +32,6 @@ REPO = Path(__file__).resolve().parents[3]
 CODE_FILES = [REPO / "hpc" / "run" / name for name in (
     "monitor/runs.py", "monitor/status_cache.py", "accounting.py", "health.py", "ledger.py", "fields.py", "rundir.py",
     "steps.py")] + [REPO / "hpc" / "launcher" / "clusters.yaml"]
-
-
-SLURM_TIMEOUT = 30  # seconds status.sh waits for squeue, then for sacct, before it shows the runs without
 
 
 def sacct_rows(job_ids: set[str]) -> tuple[list[accounting.SacctRow], str]:
@@ -410,6 +407,8 @@ def runs_view(user: str, runs_dir: Path, only: str, answers: Optional[SlurmAnswe
         answers = SlurmAnswers({job.job_id: job.state for job in user_queue(user)})
     cache = status_cache.load(runs_dir)
     views = run_views(runs, answers, cache)
+    if not only:  # a run no longer there is forgotten
+        cache.forget_all_but({view.run_dir.name for view in views})
     status_cache.save(cache, runs_dir)
     print(f"Runs under {runs_dir}:" + unknown_note(answers))
     header, *rows = table(HEADERS, [view.row() for view in views])
@@ -439,13 +438,6 @@ def unknown_note(answers: SlurmAnswers) -> str:
     if answers.sacct_note:
         notes.append("ACCOUNTING UNKNOWN (sacct did not answer): STATE and GPU-H of runs read now are '-'")
     return "".join(f"\n  {note}" for note in notes)
-
-
-def user_queue(user: str) -> list[QueuedJob]:
-    try:
-        return calls.queue(user=user, timeout=SLURM_TIMEOUT)
-    except SlurmError as err:
-        raise Failure(str(err)) from None
 
 
 def by_sweep(views: list[RunView]) -> list[tuple[str, list[RunView]]]:

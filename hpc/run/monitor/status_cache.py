@@ -165,6 +165,10 @@ class StatusCache:
     def drop(self, name: str) -> None:
         self.changed = self.entries.pop(name, None) is not None or self.changed
 
+    def forget_all_but(self, names: set[str]) -> None:
+        for name in set(self.entries) - names:
+            self.drop(name)
+
 
 def cache_root() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or ""
