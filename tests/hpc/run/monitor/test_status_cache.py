@@ -268,3 +268,14 @@ def test_when_squeue_does_not_answer_kept_rows_stand_and_the_table_says_so(tmp_p
     out = capsys.readouterr().out
     assert "UNKNOWN (squeue failed" in out and "SLURM QUEUE UNKNOWN" in out
     assert first.splitlines()[1:] == out.split("\n\n", 1)[1].splitlines()[2:] and read_runs == ["a"]
+
+
+def test_a_run_removed_from_the_runs_directory_is_forgotten(tmp_path, slurm_stand_in, capsys):
+    finished_run(tmp_path / "runs", "a", "5")
+    finished_run(tmp_path / "runs", "b", "6")
+    status(tmp_path / "runs", capsys)
+    kept = status_cache.cache_root() / status_cache.file_name(tmp_path / "runs")
+    assert sorted(json.loads(kept.read_text())["runs"]) == ["a", "b"]
+    os.rename(tmp_path / "runs" / "b", tmp_path / "b")
+    table = status(tmp_path / "runs", capsys)
+    assert sorted(json.loads(kept.read_text())["runs"]) == ["a"] and "\nb " not in table
