@@ -1,6 +1,7 @@
 """status.sh's runs view: one row per run (its job and state, step, checkpoint, reward, validation,
 ETA, GPU-hours, continuations, result or health flag), the goodput lines, parked runs and how to
-resume them, and where a running serve job listens. One squeue and one sacct call for all runs."""
+resume them, and where a running serve job listens. One squeue and at most one sacct call for all runs;
+a run unchanged since the last call, its jobs ended, is shown as it was kept (status_cache.py)."""
 
 from __future__ import annotations
 
