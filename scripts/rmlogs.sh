@@ -35,20 +35,27 @@ load_active_jobs() {
   done <<<"$out"
 }
 
-# .out/.err files older than $2 days directly in <runs_dir>/<run>/logs/,
-# NUL-separated. Only real logs/ directories: a symlink cannot lead the removal
-# out of the runs directory, and nothing deeper (checkpoints) is looked at.
+# "SIZE PATH" of each .out/.err file older than $2 days directly in <runs_dir>/<run>/logs/,
+# NUL-separated, from one find for every run (a thousand runs cost one process, not a
+# thousand). Only real logs/ directories: a symlink cannot lead the removal out of the runs
+# directory (find does not follow a starting point that is a link), and nothing deeper
+# (checkpoints) is looked at.
 old_logs() {
   local runs_dir=$1 days=$2 dir
+  local -a dirs=()
   for dir in "$runs_dir"/*/logs; do
-    [[ -d $dir && ! -L $dir ]] || continue
-    find "$dir" -mindepth 1 -maxdepth 1 -type f \( -name '*.out' -o -name '*.err' \) \
-      -mmin "+$((days * 1440))" -print0
-  done | sort -z
+    [[ -d $dir && ! -L $dir ]] && dirs+=("$dir")
+  done
+  ((${#dirs[@]})) || return 0
+  # shellcheck disable=SC2016  # the single-quoted script is sh's own: $1 and $@ are its arguments
+  printf '%s\0' "${dirs[@]}" \
+    | xargs -0 sh -c 'minutes=$1; shift; exec find -P "$@" -mindepth 1 -maxdepth 1 -type f \
+        \( -name "*.out" -o -name "*.err" \) -mmin "+$minutes" -printf "%s %p\\0"' find-logs "$((days * 1440))" \
+    | sort -z -k 2
 }
 
 main() {
-  local days=14 force=0 runs_dir="" path base id size count=0 bytes=0 skipped=0 verb
+  local days=14 force=0 runs_dir="" entry path base id size count=0 bytes=0 skipped=0 verb
   local -A active=()
   while (($#)); do
     case $1 in
@@ -71,7 +78,9 @@ main() {
 
   ((force)) || echo "Would remove (run with -f to remove):"
   # NUL-separated: file names may hold spaces or newlines.
-  while IFS= read -r -d '' path; do
+  while IFS= read -r -d '' entry; do
+    size=${entry%% *}
+    path=${entry#* }
     base=${path##*/}
     base=${base%.*}
     id=${base##*-}  # <run>-<jobid>.out
@@ -79,7 +88,6 @@ main() {
       skipped=$((skipped + 1))
       continue
     fi
-    size=$(stat -c %s -- "$path" 2>/dev/null) || continue  # gone meanwhile
     if ((force)); then
       rm -f -- "$path"
       printf 'removed %s\n' "$(hpc_printable "$path")"

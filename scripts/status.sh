@@ -34,6 +34,8 @@ Under the table, one line per run that has had a job: goodput (training step
 time / allocated time), GPU-hours charged and lost (start-up, validation,
 abandoned work, idle), GPU-hours per step and to finish.
 The breakdown per job: .venv/bin/python -m hpc.accounting RUN
+One squeue and at most one sacct call; a run unchanged since the last call, its jobs
+ended, is shown from your cache folder (docs/watching.md: what status reads).
 
   --run NAME        only this run (a directory under the runs directory) and its jobs,
                     or every run of the sweep NAME (runs of a sweep are listed together)
@@ -45,13 +47,11 @@ The breakdown per job: .venv/bin/python -m hpc.accounting RUN
 USAGE
 }
 
-# The queue, a blank line, the runs; the first failure (slurmctld down) ends it.
+# The queue, a blank line, the runs: one squeue and at most one sacct call. A Slurm that does
+# not answer is marked in the table and named on stderr (exit 1); the runs are still shown.
 show_once() {
-  local runs_dir=$1 run=$2 user
-  user=$(hpc_user)
-  hpc_monitor queue "$user" "$runs_dir" ${run:+"$run"} || return
-  echo
-  hpc_monitor runs "$user" "$runs_dir" ${run:+"$run"}
+  local runs_dir=$1 run=$2
+  hpc_monitor status "$(hpc_user)" "$runs_dir" ${run:+"$run"}
 }
 
 # Refresh every $every seconds; $count screens (0 = until interrupted). A failed
@@ -101,7 +101,6 @@ main() {
     hpc_check_uint --count "$count" 1
   fi
   hpc_require_slurm squeue sacct
-  hpc_require_accounting
   runs_dir=$(hpc_runs_dir "$runs_dir")
   if ((run_given)) && [[ ! -d $runs_dir/$run ]]; then
     hpc_usage_error "bad --run '$(hpc_printable "$run")' (accepted: the name of a run directory under $runs_dir)"

@@ -66,6 +66,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = serial + [item for item in items if not runs_in_series(item)]
 
 
+@pytest.fixture(autouse=True)
+def user_cache_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """status.sh keeps its rows in the user's cache folder (hpc/run/monitor/status_cache.py): a
+    test's go to its session's temporary folder, never to the home of whoever runs the tests."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-cache"))
+
+
 @pytest.fixture(scope="session")
 def slurm() -> None:
     problem = _slurm_problem()

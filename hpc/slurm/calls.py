@@ -38,6 +38,7 @@ from hpc.slurm.output import (
 from hpc.slurm.states import JobState
 
 TIME_ENV = {"SLURM_TIME_FORMAT": "standard", "TZ": "UTC0"}
+NO_ACCOUNTING = "accounting storage is disabled"  # sacct without slurmdbd
 
 
 class SlurmError(RuntimeError):
@@ -90,7 +91,7 @@ def run(argv: list[str], timeout: float, in_job: bool = False, stdin: str | None
 def output(argv: list[str], timeout: float, in_job: bool = False) -> str:
     """stdout of a command that must succeed; SlurmFailed with its first line of error otherwise."""
     result = run(argv, timeout, in_job)
-    if result.returncode != 0:
+    if result.returncode != 0 or NO_ACCOUNTING in result.stderr:  # sacct says so with exit 0 too, printing nothing
         raise SlurmFailed(f"{argv[0]} failed: {first_line(result.stderr + result.stdout)}", result.returncode,
                           result.stderr)
     return result.stdout

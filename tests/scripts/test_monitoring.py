@@ -115,7 +115,7 @@ def test_missing_slurm_is_one_clear_error(helper, tmp_path):
     assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
 
 
-@pytest.mark.parametrize("helper", ["status.sh", *SACCT_VIEWS])
+@pytest.mark.parametrize("helper", SACCT_VIEWS)
 @pytest.mark.parametrize("sacct_exit", [0, 1])
 def test_missing_accounting_is_one_clear_error(helper, sacct_exit, tmp_path):
     env = fake_slurm(tmp_path)
@@ -127,7 +127,7 @@ def test_missing_accounting_is_one_clear_error(helper, sacct_exit, tmp_path):
                                      "storage is disabled); this view needs slurmdbd")
 
 
-@pytest.mark.parametrize("helper", ["status.sh", *SACCT_VIEWS])
+@pytest.mark.parametrize("helper", SACCT_VIEWS)
 def test_a_sacct_that_fails_for_a_moment_is_not_called_accounting_not_available(helper, tmp_path):
     env = fake_slurm(tmp_path)
     sacct = Path(env["PATH"]) / "sacct"
@@ -136,6 +136,57 @@ def test_a_sacct_that_fails_for_a_moment_is_not_called_accounting_not_available(
     assert result.returncode == 1 and "not available" not in result.stderr
     assert result.stderr.strip() == (f"{helper}: error: sacct did not answer (error: Socket timed out on send/recv "
                                      "operation): Slurm's accounting is unknown for now; try again in a minute")
+
+
+def test_status_with_a_sacct_that_fails_for_a_moment_shows_the_runs_marked_not_accounting_not_available(tmp_path):
+    env = fake_slurm(tmp_path / "fake")
+    (Path(env["PATH"]) / "sacct").write_text("#!/bin/sh\necho 'sacct: error: Socket timed out on send/recv "
+                                             "operation' >&2\nexit 1\n")
+    _progress_run(tmp_path / "runs", "r1", "5", step=1, total_steps=2)
+    result = run_script("status.sh", "--runs_dir", str(tmp_path / "runs"), env=env)
+    assert result.returncode == 1 and "not available" not in result.stderr, result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "Socket timed out" in result.stderr
+    assert "ACCOUNTING UNKNOWN (sacct did not answer)" in result.stdout
+    assert _row(result.stdout, "r1")[:4] == ["r1", "5", "-", "1/2"]
+
+
+@pytest.mark.parametrize("sacct_exit", [0, 1])
+def test_status_without_accounting_shows_the_runs_marked_and_says_why_in_one_line(sacct_exit, tmp_path):
+    env = fake_slurm(tmp_path / "fake")
+    (Path(env["PATH"]) / "sacct").write_text(f"#!/bin/sh\necho 'sacct: Slurm accounting storage is disabled' >&2\n"
+                                             f"exit {sacct_exit}\n")
+    _progress_run(tmp_path / "runs", "r1", "5", step=1, total_steps=2)
+    result = run_script("status.sh", "--runs_dir", str(tmp_path / "runs"), env=env)
+    assert result.returncode == 1
+    assert result.stderr.strip() == ("status.sh: error: Slurm accounting is not available (sacct: Slurm accounting "
+                                     "storage is disabled); this view needs slurmdbd")
+    assert "ACCOUNTING UNKNOWN (sacct did not answer)" in result.stdout
+    assert _row(result.stdout, "r1")[:4] == ["r1", "5", "-", "1/2"]
+
+
+def test_status_shows_the_runs_marked_when_squeue_does_not_answer(tmp_path):
+    env = fake_slurm(tmp_path / "fake", states={"5": "COMPLETED"})
+    (Path(env["PATH"]) / "squeue").write_text("#!/bin/sh\necho 'squeue: error: Unable to contact slurm "
+                                              "controller (connect failure)' >&2\nexit 1\n")
+    _progress_run(tmp_path / "runs", "r1", "5", step=1, total_steps=2)
+    result = run_script("status.sh", "--runs_dir", str(tmp_path / "runs"), env=env)
+    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "squeue failed: squeue: error: Unable to contact slurm controller" in result.stderr
+    assert "Queued and running jobs of" in result.stdout and "UNKNOWN (squeue failed" in result.stdout
+    assert "SLURM QUEUE UNKNOWN (squeue did not answer)" in result.stdout
+    assert _row(result.stdout, "r1")[:4] == ["r1", "5", "COMPLETED", "1/2"]
+
+
+def test_status_asks_squeue_once_and_sacct_at_most_once_whatever_the_number_of_runs(tmp_path):
+    env = fake_slurm(tmp_path / "fake", states={str(job): "COMPLETED" for job in range(10, 30)})
+    for job in range(10, 30):
+        _progress_run(tmp_path / "runs", f"r{job}", str(job), step=1, total_steps=2)
+    result = run_script("status.sh", "--runs_dir", str(tmp_path / "runs"), env=env)
+    assert result.returncode == 0, result.stderr
+    names = [c[0] for c in calls(tmp_path / "fake")]
+    assert names.count("squeue") == 1 and names.count("sacct") == 1, names
+    (sacct,) = [c for c in calls(tmp_path / "fake") if c[0] == "sacct"]
+    assert sacct[sacct.index("-j") + 1].split(",") == [str(job) for job in range(10, 30)]
 
 
 def test_a_failing_slurm_command_is_one_clear_error(tmp_path):

@@ -7,6 +7,7 @@ shadow a module; ``HPC_CALLER_DIR`` (the user's directory) is where relative pat
     python -m hpc.run.monitor runs-dir                          the launcher's default runs directory
     python -m hpc.run.monitor queue USER RUNS_DIR [RUN]         the user's queued and running jobs
     python -m hpc.run.monitor runs USER RUNS_DIR [RUN]          one line per run directory
+    python -m hpc.run.monitor status USER RUNS_DIR [RUN]        both, from one squeue call (status.sh)
     python -m hpc.run.monitor ended LABEL STATES START USER RUNS_DIR PREFIX TAIL_LINES
                                                                 sacct view of ended jobs with their logs
 
@@ -23,6 +24,7 @@ Errors are one line on stderr: exit 1 at run time, 2 for a bad value.
 
 Modules: ``cli`` (the commands), ``queue`` (the user's queue), ``runs`` (one row per run:
 state, step, checkpoint, GPU-hours, health, parked runs), ``ended`` (the sacct views of ended
-jobs) with ``logs`` (where each job's logs are), ``rundirs`` (the run directories under a runs
+jobs) with ``logs`` (where each job's logs are), ``status_cache`` (status.sh's rows kept between calls,
+keyed on what they were read from), ``rundirs`` (the run directories under a runs
 directory), ``display`` (rows, durations and one-line failures on the terminal).
 """

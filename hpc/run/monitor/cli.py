@@ -3,6 +3,7 @@
     runs-dir                                               the launcher's default runs directory
     queue USER RUNS_DIR [RUN]                              the user's queued and running jobs
     runs USER RUNS_DIR [RUN]                               one line per run directory
+    status USER RUNS_DIR [RUN]                             both, from one squeue call (status.sh)
     ended LABEL STATES START USER RUNS_DIR PREFIX TAIL_LINES   sacct view of ended jobs with their logs
 """
 
@@ -14,9 +15,6 @@ import sys
 from pathlib import Path
 
 from hpc.run.monitor.display import Failure
-from hpc.run.monitor.ended import ended_view
-from hpc.run.monitor.queue import queue_view
-from hpc.run.monitor.runs import runs_view
 
 PROG = os.environ.get("HPC_PROG") or "python -m hpc.run.monitor"
 
@@ -38,6 +36,21 @@ def launcher_runs_dir() -> Path:
         raise Failure(f"cannot work out the launcher's runs directory: {err} (pass --runs_dir DIR)") from None
 
 
+def views(command: str, user: str, runs_dir: Path, only: str) -> int:
+    """status.sh's parts: ``status`` is both, from one squeue call."""
+    if command == "queue":
+        from hpc.run.monitor.queue import queue_view
+
+        queue_view(user, runs_dir, only)
+        return 0
+    from hpc.run.monitor.runs import runs_view, status_view
+
+    if command == "status":
+        return status_view(user, runs_dir, only)
+    runs_view(user, runs_dir, only)
+    return 0
+
+
 # --- command line ----------------------------------------------------------------------
 
 
@@ -50,10 +63,11 @@ def main(argv: list[str]) -> int:
     try:
         if command == "runs-dir" and not args:
             print(launcher_runs_dir())
-        elif command in ("queue", "runs") and len(args) in (2, 3):
-            view = queue_view if command == "queue" else runs_view
-            view(args[0], Path(args[1]), args[2] if len(args) == 3 else "")
+        elif command in ("queue", "runs", "status") and len(args) in (2, 3):
+            return views(command, args[0], Path(args[1]), args[2] if len(args) == 3 else "")
         elif command == "ended" and len(args) == 7:
+            from hpc.run.monitor.ended import ended_view  # each command imports only what it shows
+
             label, states, start, user, runs_dir, prefix, lines = args
             ended_view(label, states, start, user, Path(runs_dir), prefix, int(lines))
         else:

@@ -20,6 +20,9 @@ class Failure(Exception):
 def printable(text: object) -> str:
     """Control characters (newline, tab, ESC...) as escapes, so a job name can
     neither break a row nor drive the terminal; spaces and quotes stay as they are."""
+    text = str(text)
+    if text.isprintable():  # nearly every cell: checked in C, as a whole
+        return text
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(text))
 
 

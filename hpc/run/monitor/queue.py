@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import Optional
 
 from hpc.run import ledger
 from hpc.run.monitor.display import Failure, table
@@ -14,17 +15,26 @@ from hpc.slurm.calls import SlurmError
 from hpc.slurm.output import QueuedJob
 from hpc.slurm.states import JobState
 
+SLURM_TIMEOUT = 30  # seconds status.sh waits for squeue, then for sacct, before it shows the runs without
+
 
 def user_queue(user: str) -> list[QueuedJob]:
-    """The user's queued and running jobs (the view cannot do without them)."""
+    """The user's queued and running jobs (the queue view cannot do without them)."""
     try:
-        return calls.queue(user=user, timeout=120)
+        return calls.queue(user=user, timeout=SLURM_TIMEOUT)
     except SlurmError as err:
         raise Failure(str(err)) from None
 
 
 def queue_view(user: str, runs_dir: Path, only: str) -> None:
-    jobs = user_queue(user)
+    print_queue(user, runs_dir, only, user_queue(user))
+
+
+def print_queue(user: str, runs_dir: Path, only: str, jobs: Optional[list[QueuedJob]], note: str = "") -> None:
+    """The user's queued and running jobs (a run's, a sweep's); ``None``: squeue did not answer (``note``)."""
+    if jobs is None:
+        print(f"Queued and running jobs of {user}: UNKNOWN ({note})")
+        return
     if only:  # the run's jobs (a sweep's: its runs'): named after it (the launcher's -J) or in its ledger
         names = set(sweep_runs(runs_dir, only) or [only])
         ids = {job for name in names for job in ledger.job_ids(ledger.readable(RunDir(runs_dir / name)))}

@@ -4,11 +4,15 @@ the view."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from hpc.run.rundir import RunDir, SweepDir
+from hpc.run.rundir import RunDir, Skipped, SweepDir
 from hpc.run.unbundle import TEMPORARY
+
+FOLDER = "."  # a Skipped record's file when the run's folder itself cannot be read
 
 
 def is_moved_aside(name: str) -> bool:
@@ -29,8 +33,10 @@ def sweep_runs(runs_dir: Path, name: str) -> list[str]:
 
 
 def run_dirs(runs_dir: Path, only: str = "") -> list[RunDir]:
-    """Run directories (a ledger or a progress file inside), by name; runs moved
-    aside by --restart only when asked for by name; ``only`` names a run or a sweep."""
+    """Run directories (a ledger or a progress file inside, whatever it is: a link, a folder), by name;
+    runs moved aside by --restart only when asked for by name; ``only`` names a run or a sweep. A
+    folder that cannot be looked into (another user's, mode 0700) is listed, its ``skipped`` saying so
+    (``FOLDER``): a run never vanishes from the views because it cannot be read."""
     try:
         entries = sorted(runs_dir.iterdir())
     except OSError:
@@ -43,11 +49,28 @@ def run_dirs(runs_dir: Path, only: str = "") -> list[RunDir]:
             continue
         run_dir = RunDir(path)
         try:
-            if path.is_dir() and (run_dir.ledger.exists() or run_dir.progress_file.exists()):
+            if path.is_dir() and (there(run_dir.ledger) or there(run_dir.progress_file)):
                 runs.append(run_dir)
-        except OSError:
-            continue
+        except OSError as error:  # the folder is there, what is in it cannot be seen
+            run_dir.skipped[(FOLDER, None)] = Skipped(FOLDER, None, f"the run folder cannot be read: {error.strerror}")
+            runs.append(run_dir)
     return runs
+
+
+def there(path: Path) -> bool:
+    """Whether a name is in its folder, as itself (a link that loops is there: reading it is refused)."""
+    try:
+        os.lstat(path)
+    except OSError as error:
+        if error.errno in (errno.ENOENT, errno.ENOTDIR):
+            return False
+        raise
+    return True
+
+
+def unreadable_folder(run_dir: RunDir) -> Optional[Skipped]:
+    """Why the run's folder itself cannot be read (``run_dirs`` found it so), else None."""
+    return run_dir.skipped.get((FOLDER, None))
 
 
 def read_marker(read: Callable[[], Optional[dict]]) -> dict:

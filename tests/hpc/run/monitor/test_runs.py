@@ -92,8 +92,11 @@ def test_a_sweeps_runs_are_grouped_after_the_runs_on_their_own(tmp_path):
         run.path.mkdir()
         if sweep:
             run.write_sweep_member(sweep, {"seed": name[-1]})
-        views.append(runs.RunView(run, [], "", "RUNNING" if name == "b.seed=1" else "", None, []))
     RunDir(tmp_path / "b.seed=2").mark_done(5, 5)
+    for name in ("b.seed=1", "alone", "b.seed=2", "a.x=1"):
+        run = RunDir(tmp_path / name)
+        views.append(runs.computed(run, [], "", "RUNNING" if name == "b.seed=1" else "", runs.accounting.account(
+            name, runs.accounting.RunFiles.read(run), [], None), [], None))
     groups = runs.by_sweep(views)
     assert [(sweep, [v.run_dir.name for v in group]) for sweep, group in groups] == [
         ("", ["alone"]), ("a", ["a.x=1"]), ("b", ["b.seed=1", "b.seed=2"])]
