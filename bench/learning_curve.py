@@ -564,12 +564,13 @@ def median(values: list[float]) -> float | None:
 def run_seconds(work: Work, gpus: list[str], runs_began: float | None) -> dict[str, list[float]]:
     """The runs' measured figures: each one's registration (from the runs stage's start to its
     start-up record), its steps' and its validations' seconds."""
-    measured: dict[str, list[float]] = {"register": [], "step": [], "validation": [], "steps": []}
+    measured: dict[str, list[float]] = {"register": [], "backend": [], "step": [], "validation": [], "steps": []}
     for spec in run_specs(gpus):
         run = work.for_run(spec.name).run
         startups = run.read_startups()
         if startups and runs_began is not None:
             measured["register"].append(datetime.fromisoformat(startups[0]["time"]).timestamp() - runs_began)
+            measured["backend"].append(float(startups[0]["seconds"]))
         steps = run.read_steps()
         measured["step"] += [float(step["seconds"]) for step in steps if "seconds" in step]
         measured["validation"] += [float(v["seconds"]) for v in run.read_validations() if "seconds" in v]
@@ -599,6 +600,9 @@ def timing_lines(work: Work, gpus: list[str]) -> list[str]:
     lines = ["timing, the plan against this bench:"]
     lines += [compared(name, predicted[name], stages.get(name)) for name in ("data", "model", "first turns", "scripted")]
     lines.append(compared("register (the slowest run)", predicted["register"], max(runs["register"], default=None)))
+    if runs["backend"]:  # the rest is the process's start: imports, config, data, the judge's preflight
+        lines.append("    of which the backend's start (Unsloth, then vLLM), by the trainers' startups.jsonl: "
+                     + ", ".join(f"{seconds:.0f} s" for seconds in runs["backend"]))
     lines += [compared(f"{name} (median)", predicted[name], median(runs[name])) for name in ("step", "validation")]
     return lines + [compared("steps reached (the fewest)", predicted["steps"], min(runs["steps"], default=None),
                              "steps")]

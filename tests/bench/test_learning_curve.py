@@ -220,6 +220,8 @@ def test_the_runs_stage_validates_each_run_at_step_0_and_every_eval_steps_and_co
     assert "seed1: 2 steps" in "\n".join(bench.status_lines(work, ["0"]))
     timing = "\n".join(written)
     assert re.search(r"register \(the slowest run\): predicted 292\.0 s, measured \d+\.\d s", timing)
+    assert re.search(r"of which the backend's start \(Unsloth, then vLLM\), by the trainers' startups.jsonl: "
+                     r"\d+ s, \d+ s, \d+ s", timing)
     assert re.search(r"steps reached \(the fewest\): predicted \d+\.0 steps, measured 2\.0 steps", timing)
 
 
