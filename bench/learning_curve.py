@@ -23,13 +23,13 @@ On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no downlo
 4. scripted: that policy on the validation questions with the real tools (its accuracy is
    the scripted starting point);
 5. runs: ``trainer.train --config learning_curve`` with ART's LocalBackend, side by side: seeds
-   1 and 2, and a control identical to seed 1 but for learning_rate 0 (a run whose vLLM shares a
-   GPU with an earlier run's starts once that one has registered). Each validates on the
+   1 and 2, and a control identical to seed 1 but for learning_rate 0, started at once (each vLLM's
+   KV cache is fixed, so none profiles the GPU's memory while another sleeps or wakes). Each validates on the
    held-out questions at step 0 and every ``eval_steps`` steps. The judge is the GPU proof's
    string match (every word of the reference in the answer) served on loopback by
    tests/doubles/openai_server.py: the trainer's own judge code path (litellm, cache, retries)
    asks it. One GPU: shared mode (vLLM sleeps while Unsloth trains), all three on it, each
-   vLLM with a small memory share. Two GPUs: dedicated mode, the runs' training and vLLM
+   vLLM with a 2 GiB KV cache. Two GPUs: dedicated mode, the runs' training and vLLM
    crossed over the two (a run trains on one and samples from the other);
 6. collect: ``docs/results/learning_curve.json`` from the runs' validation records and
    ``learning_curve.png`` from the JSON, and the targets, met or not: every seed rises at
@@ -39,7 +39,8 @@ On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no downlo
 ``--minutes`` bounds the whole: the runs get the job end time that makes the trainer stop at a
 step boundary before it (exit 75), then whatever is still running gets SIGUSR1; the results
 are written from what was measured. ``start`` runs it under setsid (it survives the shell that
-started it), its log in WORK/bench.log. Seeds and questions are fixed here and in the config,
+started it), its log in WORK/bench.log. ``status`` and ``collect`` print each part's predicted seconds
+(WORK/plan.json) beside the measured ones (WORK/stages.jsonl, the runs' records). Seeds and questions are fixed here and in the config,
 before any run.
 """
 
