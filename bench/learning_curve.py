@@ -129,7 +129,7 @@ ESTIMATE = {"data": 15, "model_fixed": 45, "warmup_step_alone": 0.010, "warmup_s
             "step_dedicated": 9.0, "collect": 10}
 CURVE_STEPS = 100  # the issue's target: steps of each run within one lease
 MIN_POINTS = 2  # a curve needs a first and a last held-out point
-SIGNAL_WAIT = 120  # after the deadline: SIGUSR1, then this long for the step being trained to be saved
+SIGNAL_WAIT = 60  # after the deadline: SIGUSR1, then this long for the step being trained to be saved (5-12 s a step)
 BOUNDARY_MARGIN = 30  # the config's boundary_margin_seconds: the trainer's last step ends this long before
 
 
