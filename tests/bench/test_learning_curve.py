@@ -417,6 +417,7 @@ def test_the_runs_start_from_the_warm_up_whose_first_turns_on_training_questions
              if name.startswith("warmup-")}
     assert flags == {"warmup-assistant": ["--targets=assistant", "--learning_rate=0.0005"],
                      "warmup-conversation": ["--targets=conversation", "--learning_rate=0.001"]}
+    assert all("--precision=bf16" in args for name, args, _ in calls if name.startswith("warmup-"))  # WARMUP's
 
 
 def test_a_tie_between_the_warm_ups_goes_to_the_first_recipe() -> None:
