@@ -214,7 +214,8 @@ class Plan:
 
     def predicted(self) -> dict[str, float]:
         """Each stage's predicted seconds, as WORK/plan.json keeps them for timing_lines."""
-        return {"data": ESTIMATE["data"], "model": self.model, "first turns": ESTIMATE["first_turns"],
+        return {"data": ESTIMATE["data"], "model": self.model, "warmup step": warmup_step_seconds(self.gpus) * 1000,
+                "first turns": ESTIMATE["first_turns"],
                 "scripted": ESTIMATE["scripted"], "register": ESTIMATE["register"], "step": self.step,
                 "validation": ESTIMATE["validation"], "steps": self.steps}
 
@@ -237,9 +238,13 @@ def plan_of(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS) -
 def model_seconds(gpus: list[str], warmup_steps: int) -> float:
     """The model stage: its fixed part, then the warm-ups' steps (the copy lesson's counted as whole
     ones), side by side, each step slower where two warm-ups share a GPU."""
-    per_step = ESTIMATE["warmup_step_alone" if len(RECIPES) <= len(gpus) else "warmup_step_two"]
     copy_steps = max(int(recipe.get("copy_steps", 0)) for recipe in RECIPES.values())
-    return ESTIMATE["model_fixed"] + (warmup_steps + copy_steps) * per_step
+    return ESTIMATE["model_fixed"] + (warmup_steps + copy_steps) * warmup_step_seconds(gpus)
+
+
+def warmup_step_seconds(gpus: list[str]) -> float:
+    """A warm-up step's seconds: alone on its GPU, or beside the other recipe's on one GPU."""
+    return ESTIMATE["warmup_step_alone" if len(RECIPES) <= len(gpus) else "warmup_step_two"]
 
 
 def too_short(plan: Plan) -> str | None:
@@ -557,6 +562,20 @@ def stage_seconds(stages: list[dict]) -> dict[str, float]:
     return {one["stage"]: after["time"] - one["time"] for one, after in zip(stages, stages[1:])}
 
 
+def warmup_step_ms(work: Work) -> dict[str, float]:
+    """Each recipe's measured milliseconds an optimizer step (copy lesson and conversations), from the
+    made_by.json trainer.warmup wrote (the chosen recipe's model is WORK/model by then)."""
+    measured = {}
+    for recipe in RECIPES:
+        for folder in (recipe_model(work, recipe), work.model):
+            made = folder / "made_by.json"
+            warmup = json.loads(made.read_text()).get("warmup", {}) if made.is_file() else {}
+            if warmup.get("train_seconds") and warmup.get("targets") == RECIPES[recipe].get("targets"):
+                steps = warmup["steps"] + warmup.get("copy_steps", 0)
+                measured[recipe] = 1000 * warmup["train_seconds"] / steps
+    return measured
+
+
 def median(values: list[float]) -> float | None:
     ordered = sorted(values)
     return None if not ordered else (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
@@ -600,6 +619,8 @@ def timing_lines(work: Work, gpus: list[str]) -> list[str]:
     runs = run_seconds(work, gpus, next((one["time"] for one in begun if one["stage"] == "runs"), None))
     lines = ["timing, the plan against this bench:"]
     lines += [compared(name, predicted[name], stages.get(name)) for name in ("data", "model", "first turns", "scripted")]
+    lines += [compared(f"warm-up step ({recipe})", predicted["warmup step"], ms, "ms")
+              for recipe, ms in warmup_step_ms(work).items()]
     lines.append(compared("register (the slowest run)", predicted["register"], max(runs["register"], default=None)))
     if runs["backend"]:  # the rest is the process's start: imports, config, data, the judge's preflight
         lines.append("    of which the backend's start (Unsloth, then vLLM), by the trainers' startups.jsonl: "

@@ -478,6 +478,13 @@ def test_status_prints_each_stages_predicted_seconds_beside_the_measured_and_say
     assert "  data: predicted 15.0 s, measured 14.0 s (-7%, within 20%)" in lines
     assert any(line.startswith("  model: predicted") and "(+10%, within 20%)" in line for line in lines)
     assert "  register (the slowest run): predicted 292.0 s, not measured yet" in lines
+    for folder, targets, seconds in (("model", "assistant", 99.0), ("model-conversation", "conversation", 132.0)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "made_by.json").write_text(json.dumps({"warmup": {
+            "targets": targets, "steps": 6000, "copy_steps": 600, "train_seconds": seconds}}))
+    lines = bench.timing_lines(work, ["0"])
+    assert "  warm-up step (assistant): predicted 18.0 ms, measured 15.0 ms (-17%, within 20%)" in lines
+    assert "  warm-up step (conversation): predicted 18.0 ms, measured 20.0 ms (+11%, within 20%)" in lines
     run = work.for_run("seed1").run
     run.path.mkdir(parents=True)
     for step in range(1, 4):
