@@ -23,13 +23,13 @@ On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no downlo
 4. scripted: that policy on the validation questions with the real tools (its accuracy is
    the scripted starting point);
 5. runs: ``trainer.train --config learning_curve`` with ART's LocalBackend, side by side: seeds
-   1 and 2, and a control identical to seed 1 but for learning_rate 0 (a run whose vLLM shares a
-   GPU with an earlier run's starts once that one has registered). Each validates on the
+   1 and 2, and a control identical to seed 1 but for learning_rate 0, started at once (each vLLM's
+   KV cache is fixed, so none profiles the GPU's memory while another sleeps or wakes). Each validates on the
    held-out questions at step 0 and every ``eval_steps`` steps. The judge is the GPU proof's
    string match (every word of the reference in the answer) served on loopback by
    tests/doubles/openai_server.py: the trainer's own judge code path (litellm, cache, retries)
    asks it. One GPU: shared mode (vLLM sleeps while Unsloth trains), all three on it, each
-   vLLM with a small memory share. Two GPUs: dedicated mode, the runs' training and vLLM
+   vLLM with a 2 GiB KV cache. Two GPUs: dedicated mode, the runs' training and vLLM
    crossed over the two (a run trains on one and samples from the other);
 6. collect: ``docs/results/learning_curve.json`` from the runs' validation records and
    ``learning_curve.png`` from the JSON, and the targets, met or not: every seed rises at
@@ -39,7 +39,8 @@ On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no downlo
 ``--minutes`` bounds the whole: the runs get the job end time that makes the trainer stop at a
 step boundary before it (exit 75), then whatever is still running gets SIGUSR1; the results
 are written from what was measured. ``start`` runs it under setsid (it survives the shell that
-started it), its log in WORK/bench.log. Seeds and questions are fixed here and in the config,
+started it), its log in WORK/bench.log. ``status`` and ``collect`` print each part's predicted seconds
+(WORK/plan.json) beside the measured ones (WORK/stages.jsonl, the runs' records). Seeds and questions are fixed here and in the config,
 before any run.
 """
 
@@ -54,6 +55,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -93,7 +95,7 @@ WARMUP_INBOXES, TRAIN_INBOXES, HELDOUT_INBOXES = 450, 150, 100
 # The warm-up: half its conversations search well. The questions quote their entity
 # (trainer/staging/synthetic_inbox.py says why). The first-turns stages measure what the model
 # actually does before any run starts.
-WARMUP = {"batch_size": 16, "good_share": 0.5}
+WARMUP = {"batch_size": 16, "good_share": 0.5, "precision": "bf16"}
 # Two warm-ups side by side (one a GPU), each with its own settings (trainer.warmup's flags). The
 # runs start from the one whose first turns on TRAINING questions search well more often (a tie: the
 # first); the held-out questions play no part in the choice. Both models are kept, with their counts,
@@ -111,20 +113,24 @@ WARMUP_STEPS = 6000  # --warmup_steps: 96,000 draws from 5,400 conversations (2,
 FIRST_TURN_QUESTIONS = 200  # questions the first-turns stages sample, of each split (trainer.staging.first_turns)
 MIN_GOOD_SEARCHES = 0.02  # below this share of good first searches RL has nothing to reinforce: no run starts
 RESULTS = REPO / "docs" / "results"
-# Planning figures in seconds (docs/training.md). Measured by this bench on H100s, 2026-11-27: the data
-# 10 s; the model stage 136 s with 2000 warm-up steps in 91 s (so about 320 s with 6000, 360 with two warm-ups
-# side by side and their first turns); three runs
-# registering at once on one GPU 292 s (one alone: 105 s), two at once on two GPUs in dedicated mode
-# 218 s; a dedicated step 7.6-11 s; a validation of the 600 held-out questions 31-50 s (so about 25 s for
-# the config's 300). From the GPU proof's H100 run: a shared step 27 s. Runs whose vLLMs share a GPU
-# register one after the other (run_when_ready): on two GPUs the control waits for seed 1. The first
-# curve (two H100s, 2026-11-27, 64-68 steps): the model stage with the copy lesson 356 s, the seeds
-# registered at once in 203 s and the control 90 s after, a dedicated step 5.0-5.3 s (median; the
-# control's, sharing both GPUs with the seeds, 9.0 s), a validation of 300 questions 16-17 s.
-ESTIMATE = {"data": 15, "model": 360, "first_turns": 30, "scripted": 5, "register": 300, "validation": 20,
-            "step_shared": 27.0, "step_dedicated": 9.0, "collect": 10}
+# Planning figures in seconds (docs/training.md), each from a measurement unless marked an estimate;
+# `status` and `collect` print each beside what this bench measured (timing_lines), so the next plan
+# starts from the last run's. Measured by this bench: the data 7-14 s (H100, H200); make-model, the
+# scripts and the first turns of both recipes, all but the warm-ups' steps, about 45 s; three runs
+# registering at once on one H100 292 s (one alone: 90-105 s; two at once on two H100s 203-218 s); a
+# dedicated step 5.0-5.3 s (median; the control's, sharing both GPUs with the seeds, 9.0 s) and a
+# validation of 300 held-out questions 16-17 s (two H100s, 2026-11-27). The warm-ups' steps in float32,
+# one a GPU, 43 ms (H200: 6000 steps in 257 s), two on one GPU 72 ms each (H200, 2026-11-28: 474 s for
+# 600 + 6000); in bf16 with the per-step sync and the padding mask gone (trainer/staging/warmup.py), an
+# ESTIMATE, not yet measured: 10 ms alone, 18 ms two on one GPU. A step of three runs in shared mode on one
+# GPU: an ESTIMATE of 12 s (the GPU proof's 27 s was a model 6 times as large, vLLM with 0.75 of the GPU to
+# wake each step where this one has a fixed 2 GiB).
+ESTIMATE = {"data": 15, "model_fixed": 45, "warmup_step_alone": 0.010, "warmup_step_two": 0.018,
+            "first_turns": 30, "scripted": 5, "register": 292, "validation": 20, "step_shared": 12.0,
+            "step_dedicated": 9.0, "collect": 10}
+CURVE_STEPS = 100  # the issue's target: steps of each run within one lease
 MIN_POINTS = 2  # a curve needs a first and a last held-out point
-SIGNAL_WAIT = 120  # after the deadline: SIGUSR1, then this long for the step being trained to be saved
+SIGNAL_WAIT = 60  # after the deadline: SIGUSR1, then this long for the step being trained to be saved (5-12 s a step)
 BOUNDARY_MARGIN = 30  # the config's boundary_margin_seconds: the trainer's last step ends this long before
 
 
@@ -182,6 +188,7 @@ class Plan:
     per_block: float  # eval_steps steps and the validation after them
     total_steps: int  # what the config would train with no deadline
     eval_steps: int
+    model: float = ESTIMATE["model_fixed"]  # seconds of the model stage (model_seconds)
 
     @property
     def budget(self) -> float:
@@ -201,19 +208,44 @@ class Plan:
         """The steps validated before the deadline: step 0 only where its validation fits."""
         return list(range(0, self.steps + 1, self.eval_steps)) if self.budget >= ESTIMATE["validation"] else []
 
+    def step_needed(self, steps: int = CURVE_STEPS) -> float:
+        """The longest a step may take (its share of the validations aside) for ``steps`` to fit."""
+        validations = steps // self.eval_steps + 1
+        return (self.budget - validations * ESTIMATE["validation"]) / steps
+
+    def predicted(self) -> dict[str, float]:
+        """Each stage's predicted seconds, as WORK/plan.json keeps them for timing_lines."""
+        return {"data": ESTIMATE["data"], "model": self.model, "warmup step": warmup_step_seconds(self.gpus) * 1000,
+                "first turns": ESTIMATE["first_turns"],
+                "scripted": ESTIMATE["scripted"], "register": ESTIMATE["register"], "step": self.step,
+                "validation": ESTIMATE["validation"], "steps": self.steps}
+
     def minutes_for(self, points: int) -> float:
         """The least ``--minutes`` in which ``points`` validations fit."""
         need = self.before + ESTIMATE["collect"] + SIGNAL_WAIT + BOUNDARY_MARGIN + ESTIMATE["validation"]
         return (need + (points - 1) * self.per_block) / 60
 
 
-def plan_of(gpus: list[str], minutes: float) -> Plan:
+def plan_of(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS) -> Plan:
     config = config_values()
     step = ESTIMATE["step_shared" if gpu_mode(gpus) == "shared" else "step_dedicated"]
-    before = sum(ESTIMATE[part] for part in ("data", "model", "first_turns", "scripted", "register"))
+    model = model_seconds(gpus, warmup_steps)
+    before = sum(ESTIMATE[part] for part in ("data", "first_turns", "scripted", "register")) + model
     total = config["training_dataset_size"] // config["groups_per_step"] * config["num_epochs"]
     return Plan(gpus, minutes, step, before, config["eval_steps"] * step + ESTIMATE["validation"], total,
-                config["eval_steps"])
+                config["eval_steps"], model)
+
+
+def model_seconds(gpus: list[str], warmup_steps: int) -> float:
+    """The model stage: its fixed part, then the warm-ups' steps (the copy lesson's counted as whole
+    ones), side by side, each step slower where two warm-ups share a GPU."""
+    copy_steps = max(int(recipe.get("copy_steps", 0)) for recipe in RECIPES.values())
+    return ESTIMATE["model_fixed"] + (warmup_steps + copy_steps) * warmup_step_seconds(gpus)
+
+
+def warmup_step_seconds(gpus: list[str]) -> float:
+    """A warm-up step's seconds: alone on its GPU, or beside the other recipe's on one GPU."""
+    return ESTIMATE["warmup_step_alone" if len(RECIPES) <= len(gpus) else "warmup_step_two"]
 
 
 def too_short(plan: Plan) -> str | None:
@@ -229,31 +261,35 @@ def too_short(plan: Plan) -> str | None:
 def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS) -> list[str]:
     """What the bench will do and how long each part is expected to take (``plan``, and the log's head)."""
     config = config_values()
-    plan = plan_of(gpus, minutes)
+    plan = plan_of(gpus, minutes, warmup_steps)
     runs = run_specs(gpus)
     return [
         f"plan: {len(gpus)} GPU(s) ({','.join(gpus)}), gpu_mode {gpu_mode(gpus)}, budget {minutes:g} min",
         f"  data      make-inboxes ({WARMUP_INBOXES} warm-up, {TRAIN_INBOXES} train, {HELDOUT_INBOXES} held-out inboxes, "
         f"seed {DATA_SEED}) "
         f"+ prepare: ~{ESTIMATE['data']} s",
-        f"  model     make-model --size inbox, warm-up {warmup_steps} steps of {WARMUP['batch_size']} "
-        f"({WARMUP['good_share']:.0%} good searches), {len(RECIPES)} side by side ("
+        f"  model     make-model --size inbox, warm-up {warmup_steps} steps of {WARMUP['batch_size']} in "
+        f"{WARMUP['precision']} ({WARMUP['good_share']:.0%} good searches), {len(RECIPES)} side by side ("
         + "; ".join(f"{name}: {recipe_flags(name)}" for name in RECIPES)
         + f"); the runs take the one whose first turns on {FIRST_TURN_QUESTIONS} training questions search well "
-        f"more often: ~{ESTIMATE['model']} s",
+        f"more often: ~{plan.model:.0f} s",
         f"  first     its first turns on {FIRST_TURN_QUESTIONS} held-out questions at temperature "
         f"{config['temperature']:g}: no run starts below {MIN_GOOD_SEARCHES:.0%} good searches: "
         f"~{ESTIMATE['first_turns']} s",
         f"  scripted  the warm-up's policy on the {config['val_set_size']} validation questions: ~{ESTIMATE['scripted']} s",
         "  runs      " + "; ".join(f"{r.name} (seed {r.seed}{', lr 0' if r.learning_rate == 0 else ''}, "
                                     f"CUDA_VISIBLE_DEVICES={r.devices})" for r in runs),
-        "            side by side; runs whose vLLMs share a GPU register one after the other",
+        "            side by side, started at once: "
+        + ("each vLLM's KV cache is fixed (vllm_kv_cache_gb), so none profiles the GPU's memory"
+           if config["vllm_kv_cache_gb"] else "runs whose vLLMs share a GPU register one after the other"),
         f"            config {CONFIG}: lr {config['learning_rate']:g}, {config['groups_per_step']} groups x "
         f"{config['trajectories_per_group']} rollouts a step, {plan.total_steps} steps, validation on "
         f"{config['val_set_size']} held-out questions at step 0 and every {config['eval_steps']}",
         f"            register ~{ESTIMATE['register']} s (all three), a step ~{plan.step:g} s, a validation "
         f"~{ESTIMATE['validation']} s",
         f"            expected before the deadline: ~{plan.steps} steps, validations at {plan.validations}",
+        f"            {CURVE_STEPS} steps need a step every {plan.step_needed():.1f} s or less (the "
+        f"{CURVE_STEPS // plan.eval_steps + 1} validations aside); planned {plan.step:g} s",
         f"  collect   {RESULTS.relative_to(REPO)}/learning_curve.json and .png: ~{ESTIMATE['collect']} s",
         f"expected total ~{(plan.before + ESTIMATE['validation'] + plan.blocks * plan.per_block + ESTIMATE['collect']) / 60:.1f} "
         f"min of {minutes:g}",
@@ -263,8 +299,15 @@ def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS
 # -- the stages ----------------------------------------------------------------------------------------
 
 
+STAGES_FILE = "stages.jsonl"  # in WORK: each stage and when it began, for timing_lines
+PLAN_FILE = "plan.json"  # in WORK: the plan's predicted seconds, written as the bench starts
+
+
 def stage(work: Work, name: str) -> None:
-    (work.root / "stage.json").write_text(json.dumps({"stage": name, "time": time.time()}) + "\n")
+    began = {"stage": name, "time": time.time()}
+    (work.root / "stage.json").write_text(json.dumps(began) + "\n")
+    with (work.root / STAGES_FILE).open("a") as stages:
+        stages.write(json.dumps(began) + "\n")
     say(f"== {name} ({time.strftime('%H:%M:%S')})")
 
 
@@ -397,8 +440,15 @@ def registered_or_ended(work: Work, name: str, process: Process) -> Callable[[],
     return lambda: process.ended() or bool(work.for_run(name).run.read_startups())
 
 
-def start_conditions(work: Work, gpus: list[str], processes: list[Process]) -> list[Callable[[], bool]]:
-    """Each run starts once every earlier run whose vLLM shares its GPU has registered (or ended)."""
+def start_conditions(work: Work, gpus: list[str], processes: list[Process],
+                     fixed_cache: bool | None = None) -> list[Callable[[], bool]]:
+    """When each run may start. With each vLLM's KV cache fixed (``vllm_kv_cache_gb``; None: as the
+    config says) all at once: no vLLM profiles the GPU's memory, so none can see another run's vLLM
+    sleep or wake during it (on one H200, 2026-11-28, the control's vLLM refused to start so: "Initial
+    free memory 114.29 GiB, current free memory 134.64 GiB"). Otherwise each run starts once every
+    earlier run whose vLLM shares its GPU has registered (or ended)."""
+    if (config_values()["vllm_kv_cache_gb"] is not None) if fixed_cache is None else fixed_cache:
+        return [lambda: True for _ in processes]
     specs = run_specs(gpus)
     conditions = []
     for index, spec in enumerate(specs):
@@ -465,7 +515,8 @@ def collect(work: Work, out: Path | None, gpus: list[str]) -> tuple[list[str], b
         written = write_json(data, folder / "learning_curve.json")  # first: a picture that fails keeps the figures
         lines.append(f"wrote {written} and {plot(data, folder / 'learning_curve.png')}")
     checked = verdicts(data)
-    return lines + lora_lines(work) + [verdict.line() for verdict in checked], all(v.met for v in checked)
+    return (lines + lora_lines(work) + [verdict.line() for verdict in checked] + timing_lines(work, gpus),
+            all(v.met for v in checked))
 
 
 # -- status ----------------------------------------------------------------------------------------------
@@ -495,7 +546,89 @@ def status_lines(work: Work, gpus: list[str]) -> list[str]:
                      + (", ".join(f"@{v['step']} {v['accuracy']:.1%}" for v in validations) or "none yet"))
         lines += [f"    @{v['step']}: {validation_breakdown(run, v)}" for v in validations[-1:]]
     log = work.root / "bench.log"
-    return lines + ([f"  log: {last_lines(log.read_text(), 3)}"] if log.is_file() else [])
+    return lines + timing_lines(work, gpus) + ([f"  log: {last_lines(log.read_text(), 3)}"] if log.is_file() else [])
+
+
+def record_plan(work: Work, plan: Plan) -> None:
+    (work.root / PLAN_FILE).write_text(json.dumps(plan.predicted()) + "\n")
+
+
+def stages_begun(work: Work) -> list[dict]:
+    path = work.root / STAGES_FILE
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def stage_seconds(stages: list[dict]) -> dict[str, float]:
+    """Each finished stage's seconds (a stage ends where the next begins)."""
+    return {one["stage"]: after["time"] - one["time"] for one, after in zip(stages, stages[1:])}
+
+
+def warmup_step_ms(work: Work) -> dict[str, float]:
+    """Each recipe's measured milliseconds an optimizer step (copy lesson and conversations), from the
+    made_by.json trainer.warmup wrote (the chosen recipe's model is WORK/model by then)."""
+    measured = {}
+    for recipe in RECIPES:
+        for folder in (recipe_model(work, recipe), work.model):
+            made = folder / "made_by.json"
+            warmup = json.loads(made.read_text()).get("warmup", {}) if made.is_file() else {}
+            if warmup.get("train_seconds") and warmup.get("targets") == RECIPES[recipe].get("targets"):
+                steps = warmup["steps"] + warmup.get("copy_steps", 0)
+                measured[recipe] = 1000 * warmup["train_seconds"] / steps
+    return measured
+
+
+def median(values: list[float]) -> float | None:
+    ordered = sorted(values)
+    return None if not ordered else (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
+
+
+def run_seconds(work: Work, gpus: list[str], runs_began: float | None) -> dict[str, list[float]]:
+    """The runs' measured figures: each one's registration (from the runs stage's start to its
+    start-up record), its steps' and its validations' seconds."""
+    measured: dict[str, list[float]] = {"register": [], "backend": [], "step": [], "validation": [], "steps": []}
+    for spec in run_specs(gpus):
+        run = work.for_run(spec.name).run
+        startups = run.read_startups()
+        if startups and runs_began is not None:
+            measured["register"].append(datetime.fromisoformat(startups[0]["time"]).timestamp() - runs_began)
+            measured["backend"].append(float(startups[0]["seconds"]))
+        steps = run.read_steps()
+        measured["step"] += [float(step["seconds"]) for step in steps if "seconds" in step]
+        measured["validation"] += [float(v["seconds"]) for v in run.read_validations() if "seconds" in v]
+        measured["steps"].append(float(len(steps)))
+    return measured
+
+
+def compared(name: str, predicted: float, measured: float | None, unit: str = "s") -> str:
+    """One line: the plan's figure beside the measured one, and whether it came within 20%."""
+    if measured is None:
+        return f"  {name}: predicted {predicted:.1f} {unit}, not measured yet"
+    off = (measured - predicted) / predicted if predicted else 0.0
+    verdict = "within 20%" if abs(off) <= 0.2 else "OFF by more than 20%"
+    return f"  {name}: predicted {predicted:.1f} {unit}, measured {measured:.1f} {unit} ({off:+.0%}, {verdict})"
+
+
+def timing_lines(work: Work, gpus: list[str]) -> list[str]:
+    """The plan's predictions (WORK/plan.json) beside what this bench measured: each stage before
+    the runs, the runs' registrations (the slowest), the median step and validation, the steps reached
+    (the fewest of the three)."""
+    path = work.root / PLAN_FILE
+    if not path.is_file():
+        return ["timing: no plan recorded in this WORK (run or start writes it)"]
+    begun = stages_begun(work)
+    predicted, stages = json.loads(path.read_text()), stage_seconds(begun)
+    runs = run_seconds(work, gpus, next((one["time"] for one in begun if one["stage"] == "runs"), None))
+    lines = ["timing, the plan against this bench:"]
+    lines += [compared(name, predicted[name], stages.get(name)) for name in ("data", "model", "first turns", "scripted")]
+    lines += [compared(f"warm-up step ({recipe})", predicted["warmup step"], ms, "ms")
+              for recipe, ms in warmup_step_ms(work).items()]
+    lines.append(compared("register (the slowest run)", predicted["register"], max(runs["register"], default=None)))
+    if runs["backend"]:  # the rest is the process's start: imports, config, data, the judge's preflight
+        lines.append("    of which the backend's start (Unsloth, then vLLM), by the trainers' startups.jsonl: "
+                     + ", ".join(f"{seconds:.0f} s" for seconds in runs["backend"]))
+    lines += [compared(f"{name} (median)", predicted[name], median(runs[name])) for name in ("step", "validation")]
+    return lines + [compared("steps reached (the fewest)", predicted["steps"], min(runs["steps"], default=None),
+                             "steps")]
 
 
 def validation_breakdown(run: RunDir, summary: dict) -> str:
@@ -597,10 +730,12 @@ def run_all(args: argparse.Namespace) -> int:
     began = time.time()
     deadline = began + args.minutes * 60 - ESTIMATE["collect"] - SIGNAL_WAIT
     args.work.mkdir(parents=True, exist_ok=True)
+    (args.work / STAGES_FILE).unlink(missing_ok=True)  # this bench's stages only
     for line in plan_lines(args.gpus, args.minutes, args.warmup_steps):
         say(line)
     with OpenAIServer(string_match_verdict) as judge:
         work = Work(args.work, judge.base_url)
+        record_plan(work, plan_of(args.gpus, args.minutes, args.warmup_steps))
         try:
             before_runs(work, args.warmup_steps, args.gpus)
         except ProofFailed as error:  # nothing measured: no results written
@@ -656,7 +791,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in commands[args.command]():
             say(line)
         return 0
-    problem = too_short(plan_of(args.gpus, args.minutes))
+    problem = too_short(plan_of(args.gpus, args.minutes, args.warmup_steps))
     if problem is not None:
         print(f"learning_curve.py: error: {problem}", file=sys.stderr)
         return 2

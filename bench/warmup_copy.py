@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from trainer.agent.scenarios import load_scenarios
 from trainer.staging.first_calls import CONTEXTS, FirstCall, first_calls
+from trainer.staging.warmup import PRECISIONS
 from trainer.staging.warmup import train as warmup_train
 
 
@@ -75,7 +76,8 @@ def run(args: argparse.Namespace, say=print) -> list[float]:
                 f"({len(held_out)} questions, learning rate {args.learning_rate:g}, {time.monotonic() - began:.0f} s)")
 
     warmup_train(model, train, tokenizer.pad_token_id, steps=args.steps, batch_size=args.batch_size,
-                 learning_rate=args.learning_rate, seed=args.seed, device=args.device, say=lambda _: None, after_step=measure)
+                 learning_rate=args.learning_rate, seed=args.seed, device=args.device, say=lambda _: None, after_step=measure,
+                 precision=args.precision)
     if args.save is not None:
         model.save_pretrained(args.save)
         tokenizer.save_pretrained(args.save)
@@ -96,6 +98,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="what comes before the question: nothing (default), the rollout's system prompt, or "
                              "that and the tools' schemas (the warm-up's first turn)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to train (default cpu)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="float32",
+                        help="the passes' precision, as trainer.warmup's --precision (default float32)")
     parser.add_argument("--save", type=Path, default=None, help="also write the trained model here")
     args = parser.parse_args(argv)
     if min(args.steps, args.batch_size, args.every, args.questions) < 1 or args.learning_rate < 0:

@@ -131,7 +131,7 @@ def test_the_plan_names_every_run_its_gpus_and_an_estimate_within_the_budget() -
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "gpu_mode shared" in out and "seed1 (seed 1, CUDA_VISIBLE_DEVICES=0)" in out
-    assert "control (seed 1, lr 0, CUDA_VISIBLE_DEVICES=0)" in out and "at step 0 and every 4" in out
+    assert "control (seed 1, lr 0, CUDA_VISIBLE_DEVICES=0)" in out and "at step 0 and every 10" in out
     total = float(re.search(r"expected total ~([\d.]+) min of 20", out).group(1))
     assert 10 < total <= 20
 
@@ -204,6 +204,7 @@ def test_the_runs_stage_validates_each_run_at_step_0_and_every_eval_steps_and_co
         work = Work(tmp_path, server.base_url, devices="")
         work.data.parent.mkdir(parents=True, exist_ok=True)
         work.data.symlink_to(inbox_data_dir)
+        bench.record_plan(work, bench.plan_of(["0"], 20))
         bench.stage(work, "runs")
         lines = bench.train_runs(work, ["0"], time.time() + 600, CPU_OVERRIDES, ART_FAKE_INFERENCE_URL=server.base_url)
     assert all(" exit 0 " in line for line in lines), lines
@@ -217,6 +218,11 @@ def test_the_runs_stage_validates_each_run_at_step_0_and_every_eval_steps_and_co
     assert (tmp_path / "out" / "learning_curve.png").is_file() and not met  # nothing learned: a flat scripted agent
     assert "control: 2 steps, LoRA changed at" in "\n".join(written)  # the backend double writes a new one each step
     assert "seed1: 2 steps" in "\n".join(bench.status_lines(work, ["0"]))
+    timing = "\n".join(written)
+    assert re.search(r"register \(the slowest run\): predicted 292\.0 s, measured \d+\.\d s", timing)
+    assert re.search(r"of which the backend's start \(Unsloth, then vLLM\), by the trainers' startups.jsonl: "
+                     r"\d+ s, \d+ s, \d+ s", timing)
+    assert re.search(r"steps reached \(the fewest\): predicted \d+\.0 steps, measured 2\.0 steps", timing)
 
 
 def test_hpc_report_draws_the_held_out_curve_of_a_bench_run(tmp_path: Path) -> None:
@@ -288,7 +294,7 @@ def test_a_curve_at_no_question_or_every_question_is_drawn_with_its_intervals(tm
     assert plot(data, tmp_path / "flat.png").stat().st_size > 10_000
 
 
-def test_on_one_gpu_each_run_registers_after_the_one_before_and_on_two_the_control_after_seed_1(
+def test_without_a_fixed_kv_cache_runs_whose_vllms_share_a_gpu_register_one_after_another(
         tmp_path: Path) -> None:
     """Only runs whose vLLMs share a GPU wait: seed 1's and seed 2's vLLMs are on different GPUs of two."""
     class Started:
@@ -301,7 +307,7 @@ def test_on_one_gpu_each_run_registers_after_the_one_before_and_on_two_the_contr
     work = Work(tmp_path)
     for gpus, waits in ((["0"], [[], ["seed1"], ["seed1", "seed2"]]), (["0", "1"], [[], [], ["seed1"]])):
         processes = [Started() for _ in range(3)]
-        conditions = bench.start_conditions(work, gpus, processes)
+        conditions = bench.start_conditions(work, gpus, processes, fixed_cache=False)
         assert [condition() for condition in conditions] == [not wait for wait in waits]
         for process in processes[:2]:
             process.done = True  # an earlier run that ended (failed) lets the next start
@@ -309,7 +315,17 @@ def test_on_one_gpu_each_run_registers_after_the_one_before_and_on_two_the_contr
     registered = Work(tmp_path / "b")
     registered.for_run("seed1").run.path.mkdir(parents=True)
     registered.for_run("seed1").run.append_startup(100.0)
-    assert bench.start_conditions(registered, ["0", "1"], [Started() for _ in range(3)])[2]()
+    assert bench.start_conditions(registered, ["0", "1"], [Started() for _ in range(3)], fixed_cache=False)[2]()
+
+
+def test_with_the_configs_fixed_kv_cache_the_three_runs_start_at_once_on_one_gpu(tmp_path: Path) -> None:
+    """On one H200 (2026-11-28) the control's vLLM, profiling memory while seed 1's slept or woke,
+    refused to start; with the KV cache fixed no vLLM profiles, so none need wait for another."""
+    from trainer.training.config import load_config
+
+    assert load_config(bench.CONFIG, ["base_model=/m"]).vllm_kv_cache_gb == 2
+    conditions = bench.start_conditions(Work(tmp_path), ["0"], [object(), object(), object()])
+    assert [condition() for condition in conditions] == [True, True, True]
 
 
 @pytest.mark.parametrize("good, questions, starts", [(0, 100, False), (3, 200, False), (4, 200, True), (14, 200, True)])
@@ -401,6 +417,7 @@ def test_the_runs_start_from_the_warm_up_whose_first_turns_on_training_questions
              if name.startswith("warmup-")}
     assert flags == {"warmup-assistant": ["--targets=assistant", "--learning_rate=0.0005"],
                      "warmup-conversation": ["--targets=conversation", "--learning_rate=0.001"]}
+    assert all("--precision=bf16" in args for name, args, _ in calls if name.startswith("warmup-"))  # WARMUP's
 
 
 def test_a_tie_between_the_warm_ups_goes_to_the_first_recipe() -> None:
@@ -459,3 +476,51 @@ def test_plot_of_a_json_that_is_not_there_or_not_the_benchs_is_one_line(capsys, 
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and "error: " in err.strip().splitlines()[-1]
     assert not path.with_suffix(".png").exists()
+
+
+def test_the_model_stage_is_planned_from_the_warm_ups_steps_slower_where_two_share_a_gpu() -> None:
+    one, two = bench.model_seconds(["0"], 6000), bench.model_seconds(["0", "1"], 6000)
+    copy_steps = bench.RECIPES["assistant"]["copy_steps"]
+    assert one == pytest.approx(bench.ESTIMATE["model_fixed"] + (6000 + copy_steps) * bench.ESTIMATE["warmup_step_two"])
+    assert two == pytest.approx(bench.ESTIMATE["model_fixed"] + (6000 + copy_steps) * bench.ESTIMATE["warmup_step_alone"])
+    assert bench.model_seconds(["0"], 3000) < one and two < one
+    assert f"more often: ~{bench.plan_of(['0'], 24, 3000).model:.0f} s" in "\n".join(bench.plan_lines(["0"], 24, 3000))
+
+
+def test_the_plan_says_how_fast_a_step_must_be_for_100_steps() -> None:
+    plan = bench.plan_of(["0"], 24)
+    validations = 100 // plan.eval_steps + 1
+    assert plan.step_needed() == pytest.approx((plan.budget - validations * bench.ESTIMATE["validation"]) / 100)
+    assert (f"100 steps need a step every {plan.step_needed():.1f} s or less (the {validations} validations aside); "
+            f"planned {plan.step:g} s") in "\n".join(bench.plan_lines(["0"], 24))
+
+
+def test_status_prints_each_stages_predicted_seconds_beside_the_measured_and_says_when_it_is_off_by_20_percent(
+        tmp_path: Path) -> None:
+    work = Work(tmp_path)
+    assert bench.timing_lines(work, ["0"]) == ["timing: no plan recorded in this WORK (run or start writes it)"]
+    bench.record_plan(work, bench.plan_of(["0"], 24))
+    predicted = json.loads((tmp_path / bench.PLAN_FILE).read_text())
+    seconds = {"data": 14.0, "model": predicted["model"] * 1.1, "first turns": 30.0, "scripted": 5.0, "runs": 0.0}
+    begun = 1_800_000_000.0
+    with (tmp_path / bench.STAGES_FILE).open("w") as file:
+        for name, took in seconds.items():
+            file.write(json.dumps({"stage": name, "time": begun}) + "\n")
+            begun += took
+    lines = bench.timing_lines(work, ["0"])
+    assert lines[0] == "timing, the plan against this bench:"
+    assert "  data: predicted 15.0 s, measured 14.0 s (-7%, within 20%)" in lines
+    assert any(line.startswith("  model: predicted") and "(+10%, within 20%)" in line for line in lines)
+    assert "  register (the slowest run): predicted 292.0 s, not measured yet" in lines
+    for folder, targets, seconds in (("model", "assistant", 99.0), ("model-conversation", "conversation", 132.0)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "made_by.json").write_text(json.dumps({"warmup": {
+            "targets": targets, "steps": 6000, "copy_steps": 600, "train_seconds": seconds}}))
+    lines = bench.timing_lines(work, ["0"])
+    assert "  warm-up step (assistant): predicted 18.0 ms, measured 15.0 ms (-17%, within 20%)" in lines
+    assert "  warm-up step (conversation): predicted 18.0 ms, measured 20.0 ms (+11%, within 20%)" in lines
+    run = work.for_run("seed1").run
+    run.path.mkdir(parents=True)
+    for step in range(1, 4):
+        run.append_step({"step": step, "seconds": 20.0})
+    assert "  step (median): predicted 12.0 s, measured 20.0 s (+67%, OFF by more than 20%)" in bench.timing_lines(work, ["0"])

@@ -141,11 +141,27 @@ TARGETS = tuple(SPANS)
 def to_example(tokenizer: Any, messages: list[dict[str, Any]], targets: str = "assistant") -> Example:
     """The conversation's tokens, the loss on ``targets``: the assistant turns (what the agent
     writes), or the whole conversation after the system prompt."""
-    text, spans = SPANS[targets](tokenizer, messages)
-    encoded = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
-    labels = [token if any(start <= begin < end for start, end in spans) else -100
-              for token, (begin, _) in zip(encoded["input_ids"], encoded["offset_mapping"])]
-    return Example(list(encoded["input_ids"]), labels)
+    return examples_of(tokenizer, [messages], targets)[0]
+
+
+def examples_of(tokenizer: Any, conversations: list[list[dict[str, Any]]], targets: str) -> list[Example]:
+    """Each conversation rendered, then all tokenised in one call (the fast tokenizer spreads a
+    batch over the CPU's cores), each labelled in one pass over its tokens."""
+    rendered = [SPANS[targets](tokenizer, messages) for messages in conversations]
+    encoded = tokenizer([text for text, _ in rendered], return_offsets_mapping=True, add_special_tokens=False)
+    return [Example(list(ids), labelled(ids, offsets, spans))
+            for ids, offsets, (_, spans) in zip(encoded["input_ids"], encoded["offset_mapping"], rendered)]
+
+
+def labelled(ids: list[int], offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
+    """Each token's id where it begins inside one of ``spans`` (in order, apart), else -100."""
+    labels, span = [], 0
+    for token, (begin, _) in zip(ids, offsets):
+        while span < len(spans) and begin >= spans[span][1]:
+            span += 1
+        inside = span < len(spans) and spans[span][0] <= begin
+        labels.append(token if inside else -100)
+    return labels
 
 
 # -- training (torch) ----------------------------------------------------------------------------------------
@@ -161,14 +177,14 @@ class WarmupReport:
     tool_call_rate: float  # first turns (greedy) that parse as a tool call after the warm-up
     targets: str = "assistant"  # what the loss counted (TARGETS)
     copy_steps: int = 0  # steps on the first calls alone before the conversations (copy_lessons)
+    precision: str = "float32"  # the passes' (PRECISIONS)
+    train_seconds: float = 0.0  # of ``seconds``, the optimizer steps alone (copy lesson and conversations)
 
 
 def tokenised(tokenizer: Any, conversations: list[list[dict[str, Any]]], targets: str = "assistant") -> list[Example]:
     """Each conversation as an Example; one that repeats (the same list object) is tokenised once."""
-    done: dict[int, Example] = {}
-    for messages in conversations:
-        if id(messages) not in done:
-            done[id(messages)] = to_example(tokenizer, messages, targets)
+    unique = distinct(conversations)
+    done = {id(messages): example for messages, example in zip(unique, examples_of(tokenizer, unique, targets))}
     return [done[id(messages)] for messages in conversations]
 
 
@@ -185,39 +201,67 @@ def batches(examples: list[Example], size: int, steps: int, seed: int):  # -> It
 
 
 def collate(batch: list[Example], pad_id: int, device: str):  # -> dict of tensors
+    """The batch right-padded, without an attention mask: each pad comes after every real token of
+    its row, so causal attention never lets a real token see one, and its label is -100; the loss
+    is the masked batch's (a CPU test compares them). Without a mask, attention runs as plain causal
+    attention, the flash kernel in bf16, where a padding mask forces a slower one."""
     import torch  # torch only in the warm-up's steps, not at --help
 
     width = max(len(example.input_ids) for example in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     labels = torch.full((len(batch), width), -100, dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
     for row, example in enumerate(batch):
         n = len(example.input_ids)
-        ids[row, :n], labels[row, :n], mask[row, :n] = (torch.tensor(example.input_ids), torch.tensor(example.labels), 1)
-    return {"input_ids": ids.to(device), "labels": labels.to(device), "attention_mask": mask.to(device)}
+        ids[row, :n], labels[row, :n] = torch.tensor(example.input_ids), torch.tensor(example.labels)
+    return {"input_ids": to_device(ids, device), "labels": to_device(labels, device)}
+
+
+def to_device(tensor: Any, device: str) -> Any:
+    """On a GPU, copied from pinned memory without waiting: the copy queues behind the step before."""
+    return tensor.pin_memory().to(device, non_blocking=True) if device == "cuda" else tensor
+
+
+PRECISIONS = ("float32", "bf16")  # --precision: the forward and backward passes' (the weights stay float32)
+
+
+def autocast(device: str, precision: str):  # -> a context manager
+    """bf16 autocast for ``precision`` bf16: the matrix products and attention in bf16 on the
+    tensor cores, the weights and Adam's state still float32 (so small updates do not round away);
+    float32: no autocast."""
+    import torch
+
+    return torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def reported(step: int, steps: int) -> bool:
+    """The steps whose loss is printed: the first, every tenth of the way, the last."""
+    return step == 1 or step % max(1, steps // 10) == 0 or step == steps
 
 
 def train(model: Any, examples: list[Example], pad_id: int, *, steps: int, batch_size: int, learning_rate: float,
-          seed: int, device: str, say=print, after_step=None) -> list[float]:
+          seed: int, device: str, say=print, after_step=None, precision: str = "float32") -> list[float]:
     """AdamW on batches drawn from ``examples``; ``after_step(step, loss)``, if given, runs after each
-    step (bench/warmup_copy.py measures there)."""
+    step (bench/warmup_copy.py measures there). The losses stay on the device until printed or
+    returned: reading one back each step made the CPU wait for the GPU's step before it could
+    prepare the next batch."""
     import torch  # torch only in the warm-up's steps, not at --help
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     model.train()
     losses = []
     for step, batch in enumerate(batches(examples, batch_size, steps, seed), start=1):
-        loss = model(**collate(batch, pad_id, device)).loss
+        with autocast(device, precision):
+            loss = model(**collate(batch, pad_id, device)).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        if step == 1 or step % max(1, steps // 10) == 0 or step == steps:
-            say(f"warmup step {step}/{steps}: loss {losses[-1]:.4f}")
+        losses.append(loss.detach())
+        if reported(step, steps):
+            say(f"warmup step {step}/{steps}: loss {losses[-1].item():.4f}")
         if after_step is not None:
-            after_step(step, losses[-1])
-    return losses
+            after_step(step, losses[-1].item())
+    return torch.stack(losses).float().tolist() if losses else []
 
 
 def tool_call_rate(model: Any, tokenizer: Any, conversations: list[list[dict[str, Any]]], device: str) -> float:
@@ -292,7 +336,7 @@ def scripted_lessons(data_dir: Path, policy: str, max_turns: int,
 
 def warm_up(base: Path, out: Path, data_dir: Path, *, steps: int, batch_size: int, learning_rate: float,
             max_turns: int, seed: int = 0, check: int = 16, policy: str = "reference", good_share: float = 1.0,
-            targets: str = "assistant", copy_steps: int = 0, say=print) -> WarmupReport:
+            targets: str = "assistant", copy_steps: int = 0, precision: str = "float32", say=print) -> WarmupReport:
     """Warm ``base`` up into ``out`` on ``policy``'s conversations, after ``copy_steps`` of the copy
     lesson; ``check`` conversations' first turns are generated after it."""
     scenarios, conversations = scripted_lessons(data_dir, policy, max_turns, good_share)
@@ -302,25 +346,34 @@ def warm_up(base: Path, out: Path, data_dir: Path, *, steps: int, batch_size: in
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(str(base))
     lessons = copy_lessons(tokenizer, scenarios) if copy_steps else []
-    # float32 on any device: in bf16 weights Adam's small updates round away; saved as bf16 below
+    # float32 weights on any device: in bf16 weights Adam's small updates round away; saved as bf16 below
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     model.to(device)
     began = time.monotonic()
+    steps_of = dict(pad_id=tokenizer.pad_token_id, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
+                    device=device, say=say, precision=precision)
+    training = 0.0
     if lessons:
         say(f"copy lesson: {len(lessons)} first calls without the system prompt, {copy_steps} steps of {batch_size}")
-        train(model, lessons, tokenizer.pad_token_id, steps=copy_steps, batch_size=batch_size,
-              learning_rate=learning_rate, seed=seed, device=device, say=say)
+        training += timed(lambda: train(model, lessons, steps=copy_steps, **steps_of))[1]
     examples = tokenised(tokenizer, conversations, targets)
     unique = distinct(conversations)
     say(f"warmup: {len(unique)} scripted conversations from {data_dir} ({len(examples)} with repeats), {steps} steps "
-        f"of {batch_size} on {device}, loss on the {targets}")
-    losses = train(model, examples, tokenizer.pad_token_id, steps=steps, batch_size=batch_size,
-                   learning_rate=learning_rate, seed=seed, device=device, say=say)
+        f"of {batch_size} on {device} in {precision}, loss on the {targets}")
+    losses, seconds = timed(lambda: train(model, examples, steps=steps, **steps_of))
     first_turns = tool_call_rate(model, tokenizer, unique[::max(1, len(unique) // check)][:check], device)
     report = WarmupReport(len(unique), steps, round(losses[0], 4), round(losses[-1], 4),
-                          round(time.monotonic() - began, 1), round(first_turns, 3), targets, copy_steps)
+                          round(time.monotonic() - began, 1), round(first_turns, 3), targets, copy_steps, precision,
+                          round(training + seconds, 1))
     save(model.to(torch.bfloat16), base, out, report)
     return report
+
+
+def timed(work: Any) -> tuple[Any, float]:
+    """``work()``'s result and its seconds (the GPU's queued steps included: the result is read back)."""
+    began = time.monotonic()
+    result = work()
+    return result, time.monotonic() - began
 
 
 def good_share(args: argparse.Namespace) -> float:
@@ -355,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
                              "synthetic inboxes only): where the made model learns to copy the question's entity "
                              "(trainer/staging/first_calls.py; default 0)")
     parser.add_argument("--seed", type=int, default=0, help="the batches' order and the mix's choices")
+    parser.add_argument("--precision", choices=PRECISIONS, default="float32",
+                        help="the forward and backward passes' precision: float32 (default), or bf16 (autocast on "
+                             "the tensor cores; the weights and Adam's state stay float32)")
     args = parser.parse_args(argv)
 
     try:
@@ -368,12 +424,13 @@ def main(argv: list[str] | None = None) -> int:
         report = warm_up(args.base, args.out, args.data_dir or default_data_dir(), steps=args.steps,
                          batch_size=args.batch_size, learning_rate=args.learning_rate, max_turns=args.max_turns,
                          seed=args.seed, policy=args.policy, good_share=good_share(args), targets=args.targets,
-                         copy_steps=args.copy_steps)
+                         copy_steps=args.copy_steps, precision=args.precision)
     except WarmupError as error:
         print(f"trainer.warmup: error: {error}", file=sys.stderr)
         return 2
     lesson = f"{report.copy_steps} copy-lesson steps and " if report.copy_steps else ""
-    print(f"warmup done: {report.conversations} conversations, {lesson}{report.steps} steps in {report.seconds} s, loss "
+    print(f"warmup done: {report.conversations} conversations, {lesson}{report.steps} steps in {report.seconds} s "
+          f"({report.train_seconds} s of optimizer steps, {report.precision}), loss "
           f"{report.first_loss} -> {report.last_loss}, first turns parsing as a tool call: {report.tool_call_rate:.0%}; "
           f"model: {args.out}")
     return 0

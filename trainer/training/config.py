@@ -146,6 +146,10 @@ class TrainerConfig:
 
     # GPU memory
     gpu_memory_utilization: float | None = None  # vLLM's share of its GPU; None: VLLM_SHARE[gpu mode]
+    # vLLM's KV cache, fixed, in GiB (vLLM's kv_cache_memory_bytes): vLLM then skips its memory
+    # profiling, which refuses to start when another process on the GPU frees memory meanwhile (a
+    # run beside it sleeping or waking its own vLLM). None: vLLM sizes the cache from its share.
+    vllm_kv_cache_gb: float | None = None
     # Unsloth's copy of the base model, which the LoRA trains on: 4 bits (QLoRA, ART's default) or, false,
     # bf16 as vLLM serves it. A small model's 4-bit copy gives other token probabilities than the
     # model vLLM samples from, and PPO's ratio against vLLM's logprobs then clips what should train.
@@ -230,6 +234,7 @@ CHECKS: dict[str, Check] = {
     "boundary_safety_factor": (lambda v: v >= 1, "a number >= 1"),
     "boundary_margin_seconds": (lambda v: v >= 0, "seconds >= 0"),
     "gpu_memory_utilization": (lambda v: 0 < v <= 1, "a fraction above 0, at most 1"),
+    "vllm_kv_cache_gb": (lambda v: v > 0, "a number of GiB > 0"),
     "max_seq_length": _POSITIVE,
 }
 
@@ -239,7 +244,8 @@ FAST_START_ENGINE_ARGS = {"enforce_eager": True, "kernel_config": {"enable_flash
 
 def vllm_engine_args(config: "TrainerConfig", gpu_mode: str) -> dict[str, Any]:
     """The vLLM engine arguments a run sets: its memory share, its context (``max_seq_length``, as
-    ``trainer.serve`` and ``trainer.eval`` give their vLLM), and ``vllm_fast_start``'s.
+    ``trainer.serve`` and ``trainer.eval`` give their vLLM), ``vllm_fast_start``'s, and a fixed KV
+    cache (``vllm_kv_cache_gb``).
 
     ART passes no ``max_model_len``, so vLLM took the model's own (32768 for Qwen2.5) and refused to
     start where the KV cache of that context did not fit, whatever ``max_seq_length`` the launcher
@@ -247,7 +253,8 @@ def vllm_engine_args(config: "TrainerConfig", gpu_mode: str) -> dict[str, Any]:
     ``max_seq_length=22528``). A conversation longer than ``max_seq_length`` could not be trained on
     anyway (ART drops it)."""
     fast = FAST_START_ENGINE_ARGS if config.vllm_fast_start else {}
-    return {"gpu_memory_utilization": vllm_share(config, gpu_mode), "max_model_len": config.max_seq_length, **fast}
+    kv = {} if config.vllm_kv_cache_gb is None else {"kv_cache_memory_bytes": int(config.vllm_kv_cache_gb * 2**30)}
+    return {"gpu_memory_utilization": vllm_share(config, gpu_mode), "max_model_len": config.max_seq_length, **fast, **kv}
 
 
 def known_configs() -> list[str]:

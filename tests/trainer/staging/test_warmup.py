@@ -109,3 +109,61 @@ def test_unstaged_data_is_a_one_line_error_with_exit_2_before_any_model_loads(
                      f"{tmp_path / 'nodata' / 'scenarios' / 'train.jsonl'}; "
                      "stage the data with `python -m trainer.data prepare`")
     assert not (tmp_path / "out").exists()
+
+
+BATCHED = """
+import json, sys
+from pathlib import Path
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trainer.agent.email_db import EmailDB
+from trainer.agent.rollout import AgentConfig
+from trainer.agent.scenarios import load_scenarios
+from trainer.staging.warmup import SPANS, collate, scripted_conversations, tokenised, train
+path, data = sys.argv[1:3]
+tokenizer = AutoTokenizer.from_pretrained(path)
+with EmailDB(Path(data) / "enron_emails.db") as db:
+    conversations = scripted_conversations(load_scenarios(Path(data), "train", limit=None), db, AgentConfig(max_turns=4))[:6]
+def one_by_one(messages, targets):  # each token's label by the spans it begins in, one conversation at a time
+    text, spans = SPANS[targets](tokenizer, messages)
+    encoded = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
+    return [t if any(a <= b < e for a, e in spans) else -100 for t, (b, _) in zip(encoded["input_ids"], encoded["offset_mapping"])]
+same = {targets: [e.labels for e in tokenised(tokenizer, conversations, targets)] == [one_by_one(m, targets) for m in conversations]
+        for targets in SPANS}
+examples = tokenised(tokenizer, conversations, "assistant")
+examples = [examples[0], type(examples[0])(examples[1].input_ids[:-40], examples[1].labels[:-40])]  # unequal lengths
+torch.manual_seed(0)
+model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+batch = collate(examples, tokenizer.pad_token_id, "cpu")
+unmasked = float(model(**batch).loss.detach())
+mask = (torch.arange(batch["input_ids"].shape[1])[None, :] < torch.tensor([[len(e.input_ids)] for e in examples])).long()
+masked = float(model(**batch, attention_mask=mask).loss.detach())
+losses = {p: train(model, examples, tokenizer.pad_token_id, steps=3, batch_size=2, learning_rate=5e-4, seed=0,
+                   device="cpu", say=lambda _: None, precision=p) for p in ("float32", "bf16")}
+print(json.dumps({"same": same, "keys": sorted(batch), "unmasked": unmasked, "masked": masked, "losses": losses,
+                  "dtype": str(next(model.parameters()).dtype)}))
+"""
+
+
+def test_batched_tokenising_labels_as_one_at_a_time_and_the_unmasked_padded_loss_is_the_masked_one(
+        inbox_model: Path, inbox_data_dir: Path, backend_python: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    result = subprocess.run([str(backend_python), "-c", BATCHED, str(inbox_model), str(inbox_data_dir)], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["same"] == {"assistant": True, "conversation": True}
+    assert found["keys"] == ["input_ids", "labels"]  # right-padded, no attention mask
+    assert found["unmasked"] == pytest.approx(found["masked"], rel=1e-5)
+    assert all(len(losses) == 3 and all(loss > 0 for loss in losses) for losses in found["losses"].values())
+    assert found["losses"]["bf16"] != found["losses"]["float32"]  # autocast ran the passes in bf16
+    assert found["dtype"] == "torch.float32"  # while the weights stayed float32
+
+
+def test_an_unknown_precision_is_refused_naming_the_accepted_ones(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path / "base"), str(tmp_path / "out"), "--precision", "fp8"])
+    assert exit_.value.code == 2
+    assert "argument --precision: invalid choice: 'fp8' (choose from 'float32', 'bf16')" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -124,6 +124,8 @@ def test_an_unknown_config_is_named_with_the_known_configs() -> None:
     ("tool_calling=maybe", "tool_calling.*true or false"),
     ("reward=vibes", "reward.*judge or ruler"),
     ("gpu_memory_utilization=1.5", "gpu_memory_utilization.*fraction"),
+    ("vllm_kv_cache_gb=0", "vllm_kv_cache_gb.*a number of GiB > 0"),
+    ("vllm_kv_cache_gb=lots", "vllm_kv_cache_gb.*a number"),
     ("max_rollout_exceptions=-0.1", "max_rollout_exceptions.*fraction"),
     ("backend=not a class", "backend.*local.*module:ClassName"),
     ("max_turns=null", "max_turns.*an integer"),

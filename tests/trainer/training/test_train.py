@@ -756,6 +756,15 @@ def test_arts_vllm_runtime_gets_vllms_v1_runner_unless_the_user_chose(tmp_path: 
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == "0" and chosen["VLLM_USE_V2_MODEL_RUNNER"] == "1"
 
 
+def test_a_fixed_kv_cache_reaches_vllm_as_bytes_so_it_skips_memory_profiling() -> None:
+    fixed = build_model(load_config("smoke", ["vllm_kv_cache_gb=1.5"]), "r", [])
+    curve = build_model(load_config("learning_curve", ["base_model=/m", "gpu_mode=shared"]), "r", [])
+
+    assert fixed._internal_config["engine_args"]["kv_cache_memory_bytes"] == 1536 * 2**20
+    assert curve._internal_config["engine_args"]["kv_cache_memory_bytes"] == 2 * 2**30
+    assert "kv_cache_memory_bytes" not in build_model(load_config("smoke"), "r", [])._internal_config["engine_args"]
+
+
 def test_a_fast_start_run_gives_vllm_eager_mode_without_kernel_autotuning() -> None:
     fast = build_model(load_config("smoke", ["vllm_fast_start=true"]), "r", [])
     plain = build_model(load_config("smoke"), "r", [])
