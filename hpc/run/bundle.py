@@ -236,15 +236,27 @@ def moved_line(run: RunDir, moved: Moved) -> str:
 
 
 def refuse_active(run: RunDir) -> None:
-    """A run with a job in the queue is not bundled (its checkpoint and records may change)."""
-    from hpc.slurm.calls import SlurmFailed, SlurmMissing, queue_states
+    """A run a job trains (its lease) or has in the queue is not bundled: its checkpoint and records
+    may change. A queue that does not answer is no proof of none (issue 40's rule): refused too."""
+    import time
+
+    from hpc.run import lease
+    from hpc.slurm.calls import SlurmError, SlurmMissing, queue_states
     from hpc.slurm.states import QUEUED
 
+    holder = lease.read(run)
+    if holder is not None and not lease.free(holder, time.time()):
+        raise UsageError(f"run {run.name} is held by {holder.holder()} (its lease, renewed at {holder.renewed}): "
+                         f"nothing bundled; a bundle is taken between jobs: scripts/scancelall.sh --name {run.name}, "
+                         "then bundle")
     ids = ledger.job_ids(ledger.read(run))
     try:
         states = queue_states(ids) if ids else {}
-    except (SlurmMissing, SlurmFailed):
+    except SlurmMissing:
         states = {}  # no Slurm here (a copy off the cluster): no job of it can run here either
+    except SlurmError as err:
+        raise UsageError(f"run {run.name}: Slurm did not say whether its jobs are still queued ({err}): nothing "
+                         "bundled; bundle again once squeue answers") from None
     active = {job: state for job, state in states.items() if state in QUEUED}
     if active:
         listed = ", ".join(f"{job} ({state})" for job, state in active.items())

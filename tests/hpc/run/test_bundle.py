@@ -258,3 +258,30 @@ def test_reclaim_and_bundle_of_a_run_that_is_not_there_write_nothing(tmp_path, c
     assert hpc_run("reclaim", "nosuch", "--runs_dir", tmp_path) == 2
     assert hpc_run("bundle", "nosuch", "--runs_dir", tmp_path, "--out", tmp_path / "out") == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 2 and list(tmp_path.iterdir()) == []
+
+
+def test_a_run_whose_lease_a_job_holds_is_not_bundled(world, capsys) -> None:
+    import time
+
+    from hpc.run import lease
+
+    run = RunDir(world["runs_a"] / "agent_008")
+    lease.write(run, lease.fresh("102", 0, os.getpid(), time.time()))
+    assert bundle_of(world) == 2
+    err = capsys.readouterr().err
+    assert "is held by job 102" in err and err.count("\n") == 1
+    assert not world["bundle"].exists() and ledger.moved_away(ledger.read(run)) is None
+
+
+def test_a_queue_that_does_not_answer_is_no_proof_of_none_and_nothing_is_bundled(world, capsys, monkeypatch) -> None:
+    from hpc.slurm import calls
+
+    def failing(ids, *args, **kwargs):
+        raise calls.SlurmFailed("squeue: error: Socket timed out on send/recv operation", 1, "")
+
+    monkeypatch.setattr(calls, "queue_states", failing)
+    assert bundle_of(world) == 2
+    err = capsys.readouterr().err
+    assert "Slurm did not say whether its jobs are still queued" in err and err.count("\n") == 1
+    assert not world["bundle"].exists()
+    assert ledger.moved_away(ledger.read(RunDir(world["runs_a"] / "agent_008"))) is None
