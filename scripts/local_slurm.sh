@@ -17,7 +17,7 @@ ETC_SLURM=/etc/slurm
 MARKER_PREFIX="# Written by hpc local_slurm.sh"
 # Bump CONF_VERSION whenever the generated slurm.conf changes, so that `up` on a
 # running cluster rewrites it and restarts the daemons instead of "nothing to do".
-CONF_VERSION=2
+CONF_VERSION=3
 MARKER="$MARKER_PREFIX v$CONF_VERSION (state in ${STATE_DIR}); safe to overwrite."
 CLUSTER_NAME=local
 PACKAGES=(slurm-wlm munge slurmdbd mariadb-server)
@@ -293,7 +293,9 @@ GresTypes=gpu
 JobRequeue=1
 ReturnToService=2
 MinJobAge=120
-KillWait=10
+# Slurm's default (30 s), as clusters have it: a cancelled job's end hook has that long after TERM (on a
+# busy 2-core machine 10 s was not always enough to record a scancel as a stop)
+KillWait=30
 # A node that stops answering (its slurmd killed: the tests' lost node) is
 # declared down, and its jobs NODE_FAIL, about this long after its last answer.
 SlurmdTimeout=$SLURMD_TIMEOUT

@@ -38,7 +38,7 @@ from pathlib import Path
 
 MARKER_VAR = "HPC_RAY_TEMP_DIR"  # set for ray start, inherited by all its processes
 SESSION_FILE = "hpc_ray_session"  # inside the node's temp dir: the sid of its Ray processes
-TERM_GRACE_SECONDS = 3.0  # gcs_server answers TERM slowly; all must fit in KillWait (10 s here, 30 s default)
+TERM_GRACE_SECONDS = 3.0  # gcs_server answers TERM slowly; all must fit in KillWait (30 s, Slurm's default and the local Slurm's)
 # Ports of node k, relative to the head port P: P+1 client server, P+2 dashboard;
 # P+10+4k .. P+13+4k node manager, object manager, dashboard agent (http, grpc).
 # Distinct per node because the test Slurm runs every node on one machine.

@@ -5,7 +5,7 @@ Each test is a row of issue 40's table: the fault is done as a cluster's Slurm d
 by wrappers first on PATH in front of the real commands (tests/doubles/slurm_wrappers.py), which the
 launch's environment carries into the jobs and every job their hooks submit. The workload is the
 step double (tests.doubles.step_trainer: each trained step logged with its job). All scenarios are
-launched together when the module starts, each followed by its own thread, so the module takes as
+launched together when the module starts (the first alone, before the others), each followed by its own thread, so the module takes as
 long as its slowest one (about three minutes: 1-minute jobs, --signal_grace 20).
 """
 
@@ -165,6 +165,20 @@ def scancel_while_sacct_fails(c: Case) -> None:
     wait_until(lambda: not ACTIVE & set(queue_states(jobs(c.run)).values()), 120, "the run's jobs to leave the queue")
 
 
+def sacct_lags_behind_an_ended_job(c: Case) -> None:
+    """sacct hides the first job (accounting lagging behind) from its end hook until 30 s after the next job
+    started; hpc.accounting is asked meanwhile, as a user would."""
+    job = first_job(c)
+    wait_until(lambda: events(c.run, "job_end"), 150, "the first job's end hook")
+    c.faults.set("sacct", f"hide:{job}")
+    wait_until(lambda: len(events(c.run, "job_start")) >= 2, 120, "the next job to start")
+    c.notes["hidden"] = job
+    c.notes["accounting"] = subprocess.run([sys.executable, "-m", "hpc.accounting", str(c.run.path)], cwd=REPO,
+                                           capture_output=True, text=True, timeout=120, env=c.faults.env())
+    time.sleep(30)
+    c.faults.clear("sacct")
+
+
 def faulted(mode: dict[str, str], during: Callable[[Case], None]) -> Callable[[Case], None]:
     """``during``, with faults set before the launch's jobs start (set at once: the job takes seconds)."""
     def act(c: Case) -> None:
@@ -186,6 +200,8 @@ CASES = {
                          faulted({"sbatch": "fail:2", "scontrol": "fail-requeue"}, sbatch_and_requeue_fail)),
     "scancel": Case("sa_scancel", ("--continuation", "afterany", "--time_limit", "3", "--train_arg", "steps=60"),
                     scancel_while_sacct_fails, settle="queue", timeout=180),
+    "sacct_lags": Case("sa_sacct_lags", ("--continuation", "afterany", "--train_arg", "steps=25"),
+                       sacct_lags_behind_an_ended_job),
 }
 
 
@@ -258,3 +274,12 @@ def test_a_scancel_while_sacct_fails_stops_the_run(cases):
     assert end["signal"] == "TERM" and events(run, "cancelled")
     assert len(events(run, "job_start")) == 1 and not run.done_file.exists()  # nothing went on against the user
     assert not steps_trained_twice(run)
+
+
+def test_a_job_sacct_has_not_yet_recorded_is_named_by_accounting_not_left_out(cases):
+    case = cases["sacct_lags"]
+    run = case.result()
+    assert_one_trainer(run, 25)
+    said = case.notes["accounting"]
+    assert said.returncode == 0, said.stderr
+    assert f"sacct has not yet recorded job(s) {case.notes['hidden']}" in said.stdout, said.stdout
