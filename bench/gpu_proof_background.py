@@ -14,7 +14,6 @@ is no background proof in DIR.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -51,13 +50,9 @@ def running(work: Path) -> bool:
         return False
     if (work / EXIT).is_file():
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    from hpc.run.lease import alive  # the one liveness check (a pid of another user's counts as alive)
+
+    return alive(pid)
 
 
 def new_lines(work: Path) -> str:

@@ -235,7 +235,6 @@ class Decline(Record):
     steps_left: int | None = None
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class LeaseHeld(JobRecord):
     """``job_id`` started, found the run held by ``holder`` (its lease renewed: hpc/run/lease.py) and
