@@ -1,10 +1,10 @@
-"""``python -m hpc.accounting``: the command users type; the code lives in hpc/run/accounting.py.
+"""``python -m hpc.accounting``: the command users type; the code lives in hpc/run/accounting_cli.py.
 
-Users' commands, the README and the docs keep pointing here (issue 18 moved the code into
-the folder that says where it runs); this module runs the moved one.
+The command's name is the users' (the README, the docs, status.sh's hint) and stays; the code sits
+in the folder of the side it runs on. This module runs it as ``__main__`` (hpc/forwarding.py).
 """
 from hpc.forwarding import forward
 from hpc.remote.intercept import run_remotely_if_asked
 
 run_remotely_if_asked(__name__, "hpc.accounting")  # --remote DEST: on a cluster's login node instead (docs/remote.md)
-forward(__name__, "hpc.run.accounting")
+forward(__name__, "hpc.run.accounting_cli")

@@ -16,7 +16,7 @@ from hpc.forwarding import OLD_JOB_PATHS, REMOVED_IN
 REPO = Path(__file__).resolve().parents[1]
 
 # The commands users type (for good), and the old paths job scripts of an earlier release call (for now).
-COMMANDS = {'hpc.accounting': 'hpc.run.accounting', 'hpc.launch': 'hpc.launcher.launch', 'hpc.report': 'hpc.run.report',
+COMMANDS = {'hpc.accounting': 'hpc.run.accounting_cli', 'hpc.launch': 'hpc.launcher.launch', 'hpc.report': 'hpc.run.report',
             'trainer.ask': 'trainer.serving.ask', 'trainer.data': 'trainer.staging.data',
             'trainer.eval': 'trainer.evaluation.eval', 'trainer.preflight': 'trainer.training.preflight',
             'trainer.serve': 'trainer.serving.serve', 'trainer.train': 'trainer.training.train',

@@ -34,6 +34,10 @@ the install reads the target's own):
 Installs use ``--no-deps``: the lock is the whole resolution, and pip's resolver
 would otherwise ask the (absent) index for the target's torch pins again.
 
+This module makes the wheelhouse (a machine with PyPI) and is the command;
+hpc/job/wheelhouse_install.py installs one on the target; hpc/job/wheelhouse_locks.py reads the
+locks both sides share.
+
     python -m hpc.job.wheelhouse download DIR [--arch A] [--have FREEZE]   # lock both sets, download
     python -m hpc.job.wheelhouse check DIR [--arch A]   # lock both sets; does PyPI have every wheel? (no download)
     python -m hpc.job.wheelhouse install DIR --name backend --python VENV/bin/python
@@ -46,10 +50,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import site
 import subprocess
 import sys
-import sysconfig
 import time
 import urllib.error
 import urllib.request
@@ -59,16 +61,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc.job import vllm_runtime
+from hpc.job.wheelhouse_install import install, make_venv, target_packages, wheels_for
+from hpc.job.wheelhouse_locks import (
+    Pin,
+    WheelhouseError,
+    base_version,
+    installed,
+    last_line,
+    needed,
+    read_lock,
+    read_pins,
+)
 
 ARCHES = ("x86_64", "aarch64")
 PYTHON_VERSION = "3.12"
-# torch's own stack: kept from a target that has torch (its driver's build, gigabytes of CUDA)
-TORCH_STACK = re.compile(r"^(torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*|cupy-.*)$")
-# Requirements of vLLM 0.25.1 that a runtime serving a LoRA on a dense model never imports: prebuilt
-# kernel caches, video codecs, another backend's compiler (650 MB). Seen serving without them on an
-# offline H200, 2026-11-26; the rest of the lock is installed as resolved. (TileLang is not among
-# them: ART's runtime patches import its kernels at start-up.)
-OPTIONAL = re.compile(r"^(flashinfer-cubin|tokenspeed-.*|pynvvideocodec|torchcodec|nvidia-cutlass-dsl-libs-.*)$")
 # Left out of the resolution itself (uv --excludes), with why. ART's [backend] extra requires
 # nvidia-resiliency-ext<0.5 on Linux for its Megatron backend (art/_megatron_runtime); nothing
 # LocalBackend, Unsloth, TRL, PEFT or transformers imports uses it. Below 0.5 PyPI has 0.0.0a0, a
@@ -85,58 +91,6 @@ _X86_ONLY = ("manylinux2010", "manylinux1")  # as pip reads manylinux2014: these
 _LEGACY_GLIBC = {"manylinux2014": (2, 17), "manylinux2010": (2, 12), "manylinux1": (2, 5)}
 # PyPI's simple index, whose pages ``check`` reads (PEP 691 JSON: a project's file names, no file itself)
 SIMPLE_INDEX = "https://pypi.org/simple"
-
-
-class WheelhouseError(Exception):
-    """Bad input or a missing wheel: one line naming the value and what is accepted."""
-
-
-@dataclass(frozen=True, order=True)
-class Pin:
-    """One locked distribution: ``name==version`` (the name canonical, PEP 503)."""
-
-    name: str
-    version: str
-
-    def __str__(self) -> str:
-        return f"{self.name}=={self.version}"
-
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def base_version(version: str) -> str:
-    """``2.11.0+cu130`` is ``2.11.0`` for our purposes: the same release, another build."""
-    return version.split("+", 1)[0]
-
-
-def read_pins(text: str) -> list[Pin]:
-    """``name==version`` lines of a lock or a freeze; comments, options, editables and
-    ``name @ url`` lines are skipped (they are not wheels on an index)."""
-    pins = []
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].split(";", 1)[0].strip()
-        name, sep, version = line.partition("==")
-        if sep and name and not line.startswith("-") and " @ " not in line:
-            pins.append(Pin(canonical(name.strip().split("[")[0]), version.strip()))
-    return pins
-
-
-def installed(freeze: str) -> dict[str, str]:
-    """A target's packages from its ``pip list --format=freeze``: name -> version."""
-    return {pin.name: pin.version for pin in read_pins(freeze)}
-
-
-def needed(lock: list[Pin], have: dict[str, str]) -> list[Pin]:
-    """The pins the target lacks: not torch's stack where it has torch, not what it has at
-    the locked version (build labels aside), not what a runtime never imports (``OPTIONAL``)."""
-    keep_torch_stack = "torch" in have
-    return [
-        pin for pin in lock
-        if not (keep_torch_stack and TORCH_STACK.match(pin.name)) and not OPTIONAL.match(pin.name)
-        and base_version(have.get(pin.name, "")) != base_version(pin.version)
-    ]
 
 
 # -- resolving and downloading (a machine with PyPI) -------------------------------------------
@@ -314,82 +268,6 @@ def check(uv: str, sets: list[RequirementSet], arches: list[str], directory: Pat
                               + " (a source-only release, a placeholder, or wheels for other platforms only)")
     return [f"{name} ({arch}): {len(pins)} pins, each with a cp312 wheel on PyPI; none downloaded"
             for (arch, name), pins in locks.items()]
-
-
-# -- installing (the target, no index) ---------------------------------------------------------------
-
-
-def pip(python: str) -> list[str]:
-    """This Python's pip acting on ``python`` (a venv made here has no pip of its own)."""
-    return [sys.executable, "-m", "pip", "--python", python]
-
-
-def make_venv(path: Path) -> Path:
-    """A virtual environment that sees this Python's packages after its own: a node's torch
-    and CUDA stack serve it, and what it installs shadows them. ``--system-site-packages``
-    alone would not do where this Python is itself a venv (the base's packages are not
-    this venv's), so a ``.pth`` file names this Python's site-packages."""
-    if not (path / "bin" / "python").exists():
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-    purelib = subprocess.run([str(path / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    (Path(purelib) / "_target_site.pth").write_text("".join(f"{entry}\n" for entry in our_site_packages()))
-    return path
-
-
-def our_site_packages() -> list[str]:
-    return list(dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), *site.getsitepackages()]))
-
-
-def target_packages(python: str) -> dict[str, str]:
-    """What the target Python already has (its venv and what its ``.pth`` files add)."""
-    result = subprocess.run([*pip(python), "list", "--format=freeze"], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise WheelhouseError(f"cannot list the packages of {python}: {last_line(result.stderr)}")
-    return installed(result.stdout)
-
-
-def wheel_pin(path: Path) -> Pin:
-    """The distribution a wheel file holds, from its name (``name-version-...whl``)."""
-    name, version = path.name.split("-")[:2]
-    return Pin(canonical(name), version)
-
-
-def wheels_for(pins: list[Pin], wheels: Path) -> list[Path]:
-    """The wheel file of each pin; a missing one is an error naming it (the wheelhouse was
-    made for another target, or with a ``--have`` that claimed more than the target has)."""
-    files = {wheel_pin(path): path for path in wheels.glob("*.whl")}
-    by_name = {(pin.name, pin.version.lower()): path for pin, path in files.items()}
-    missing = [str(pin) for pin in pins if (pin.name, pin.version.lower()) not in by_name]
-    if missing:
-        raise WheelhouseError(f"the wheelhouse {wheels} lacks {', '.join(missing[:5])}"
-                              f"{' and more' if len(missing) > 5 else ''}: make it again with --have naming "
-                              "this machine's packages (pip list --format=freeze)")
-    return [by_name[(pin.name, pin.version.lower())] for pin in pins]
-
-
-def install(directory: Path, name: str, python: str) -> list[Pin]:
-    """Install what the target lacks of ``DIR/<name>.lock`` from ``DIR/wheels`` alone."""
-    pins = needed(read_lock(directory, name), target_packages(python))
-    files = wheels_for(pins, directory / "wheels")
-    if files:
-        command = [*pip(python), "install", "--quiet", "--no-index", "--no-deps", *map(str, files)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise WheelhouseError(f"installing from {directory} failed: {last_line(result.stderr)}")
-    return pins
-
-
-def read_lock(directory: Path, name: str) -> list[Pin]:
-    path = directory / f"{name}.lock"
-    if not path.is_file():
-        raise WheelhouseError(f"{path} does not exist: not a wheelhouse made by `setup.sh --wheelhouse`")
-    return read_pins(path.read_text())
-
-
-def last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "(no message)"
 
 
 # -- command line -------------------------------------------------------------------------------------

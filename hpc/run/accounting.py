@@ -1,8 +1,9 @@
-"""Where a run's GPU-hours went: ``python -m hpc.accounting RUN [--runs_dir DIR]``.
+"""Where a run's GPU-hours went, computed from Slurm's records and the run's (``python -m hpc.accounting RUN``).
 
-Login side (status.sh's runs view, the run report, this command). Stdlib only
+Login side (status.sh's runs view, the run report, hpc/run/accounting_cli.py). Stdlib only
 and one ``sacct`` call for any number of runs, because status.sh runs it every
-few seconds on a login node.
+few seconds on a login node. What it computes is hpc/run/accounting_records.py's records;
+hpc/run/accounting_text.py writes them.
 
 Sources, all read through hpc/run/rundir.py except Slurm's own record:
 
@@ -41,20 +42,16 @@ it are counted) is charged to each of them in equal parts. Goodput = productive 
 
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 from hpc.run import health, ledger
+from hpc.run.accounting_records import Charging, JobRun, RunAccounting, Segment, Stop
 from hpc.run.ledger import Chain, JobEnd, JobStart, Outcome, Record, Resubmit, Submit, Successor
-from hpc.run.monitor.display import printable
 from hpc.run.rundir import RunDir
-from hpc.run.steps import Step, parse_time, span, trained_steps, usual_step_seconds
+from hpc.run.steps import Step, parse_time, trained_steps, usual_step_seconds
 from hpc.slurm import calls
-from hpc.slurm.calls import SlurmError
 from hpc.slurm.output import SacctRow, run_order
 from hpc.slurm.states import JobState
 
@@ -66,192 +63,7 @@ SUBMITTING = (Submit, Chain, Successor, Resubmit)
 ID_REUSE_SLACK = timedelta(minutes=10)
 MATCH_SLACK = timedelta(seconds=90)  # records written just after a job run's end still belong to it
 EARLY = timedelta(seconds=2)  # sacct and the run's records round to whole seconds
-RECENT_JOB_RUNS = 3  # GPU-h per step is measured over the run's latest job runs that trained
-
-KINDS = ("queued", "starting", "training", "between", "in_flight", "stalled", "lost", "idle")
-LABELS = {
-    "queued": "queued",
-    "starting": "starting (model load, vLLM)",
-    "training": "training steps",
-    "between": "validation, between steps",
-    "in_flight": "step in flight",
-    "stalled": "stalled (no step since, flagged STALLED)",
-    "lost": "lost work (abandoned, crashed)",
-    "idle": "idle, stopping",
-}
-WASTED = ("starting", "between", "stalled", "lost", "idle")  # allocated time that trained nothing
-SHORT = {"starting": "start-up", "between": "validation", "stalled": "stalled", "lost": "abandoned", "idle": "idle"}
 ENDED_BADLY = (Outcome.FAILED,)  # job_end outcomes whose step in flight died with the job
-
-
-# -- records ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Charging:
-    """How a cluster charges a job's GPUs (hpc/launcher/clusters.yaml)."""
-
-    cluster: str
-    whole_nodes: bool  # every GPU of the job's nodes, whatever it asked for
-    gpus_per_node: int
-
-    def gpus(self, row: SacctRow) -> int:
-        return row.nodes * self.gpus_per_node if self.whole_nodes else row.gpus
-
-    def describe(self) -> str:
-        if self.whole_nodes:
-            return f"{self.cluster} charges whole nodes: {self.gpus_per_node} GPU(s) per node, whatever a job asks for"
-        return f"{self.cluster} charges the GPUs a job is allocated"
-
-
-@dataclass(frozen=True)
-class Stop:
-    """One record of stops.jsonl (the stops contract: docs/design.md)."""
-
-    job_id: str
-    time: datetime
-    reason: str
-    lost_rollout_seconds: float
-
-
-@dataclass(frozen=True)
-class Segment:
-    kind: str  # one of KINDS
-    start: datetime
-    end: datetime
-
-    @property
-    def seconds(self) -> float:
-        return max(0.0, (self.end - self.start).total_seconds())
-
-
-@dataclass(frozen=True)
-class JobRun:
-    """One run of one job, as far as this run is concerned."""
-
-    job_id: str
-    attempt: int  # 0, then 1 after the job's first requeue, ...
-    state: str
-    submit: datetime | None
-    start: datetime | None
-    end: datetime | None  # None while it runs or waits
-    elapsed: float  # seconds allocated
-    nodes: int
-    gpus: int  # GPUs charged for the job run (all of them, before sharing)
-    share: int  # runs sharing the job run (a pack job), each charged 1/share
-    segments: tuple[Segment, ...]
-    steps: int
-    productive: float  # seconds of the steps trained in it
-    lost_rollout_seconds: float
-    stop_reason: str | None
-
-    def seconds(self, kind: str) -> float:
-        return sum(s.seconds for s in self.segments if s.kind == kind)
-
-    @property
-    def gpu_hours(self) -> float:
-        return self.elapsed * self.gpus / self.share / 3600
-
-    @property
-    def node_hours(self) -> float:
-        return self.elapsed * self.nodes / self.share / 3600
-
-    def kind_gpu_hours(self, kind: str) -> float:
-        return self.seconds(kind) * self.gpus / self.share / 3600
-
-    @property
-    def weight(self) -> float:
-        """What an allocated second of this job run costs: its GPUs, else its nodes (CPU-only jobs)."""
-        return (self.gpus or self.nodes or 1) / self.share
-
-    @property
-    def label(self) -> str:
-        return f"{self.job_id}" + (f" (run {self.attempt + 1})" if self.attempt else "")
-
-
-@dataclass(frozen=True)
-class RunAccounting:
-    """A run's GPU-hours: charged, productive, lost, and what finishing will take."""
-
-    run: str
-    charging: Charging | None
-    jobs: tuple[JobRun, ...]
-    steps_done: int
-    total_steps: int | None
-    finished: bool
-    restart_gaps: tuple[float, ...]  # seconds from a job run's end to the next one's first step
-    step_seconds: float | None  # median of the recent steps
-    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
-    saved_steps: int | None = None  # steps the decline rule did not train (done.json's steps_left: hpc/run/decline.py)
-    unrecorded: tuple[str, ...] = ()  # jobs that started (the ledger says) and sacct has no record of yet
-
-    @property
-    def gpu_hours(self) -> float:
-        return sum(j.gpu_hours for j in self.jobs)
-
-    @property
-    def node_hours(self) -> float:
-        return sum(j.node_hours for j in self.jobs)
-
-    @property
-    def productive_gpu_hours(self) -> float:
-        return sum(j.productive * j.gpus / j.share / 3600 for j in self.jobs)
-
-    def lost_gpu_hours(self, kind: str | None = None) -> float:
-        kinds = WASTED if kind is None else (kind,)
-        return sum(j.kind_gpu_hours(k) for j in self.jobs for k in kinds)
-
-    @property
-    def goodput(self) -> float | None:
-        """Productive step time / allocated time, each second weighted by what it costs."""
-        allocated = sum((j.elapsed - j.seconds("in_flight")) * j.weight for j in self.jobs)
-        productive = sum(j.productive * j.weight for j in self.jobs)
-        return min(1.0, productive / allocated) if allocated > 0 else None
-
-    @property
-    def queue_wait(self) -> float:
-        return sum(j.seconds("queued") for j in self.jobs)
-
-    @property
-    def lost_rollout_seconds(self) -> float:
-        return sum(j.lost_rollout_seconds for j in self.jobs)
-
-    @property
-    def gpu_hours_per_step(self) -> float | None:
-        """All-in GPU-h per step over the latest job runs that trained: start-ups, validation
-        and stops included, as the remaining steps will pay them too (a stall, a fault, is not)."""
-        recent = [j for j in self.jobs if j.steps][-RECENT_JOB_RUNS:]
-        steps = sum(j.steps for j in recent)
-        spent = sum(j.gpu_hours - j.kind_gpu_hours("in_flight") - j.kind_gpu_hours("stalled") for j in recent)
-        return spent / steps if steps else None
-
-    @property
-    def step_gpu_hours(self) -> float | None:
-        """A recent step's own GPU-h (its seconds x the GPUs of the latest job run)."""
-        if self.step_seconds is None or not self.jobs:
-            return None
-        latest = self.jobs[-1]
-        return self.step_seconds * latest.gpus / latest.share / 3600
-
-    @property
-    def remaining_steps(self) -> int | None:
-        if self.finished:
-            return 0
-        return None if self.total_steps is None else max(0, self.total_steps - self.steps_done)
-
-    @property
-    def saved_gpu_hours(self) -> float | None:
-        """What the steps a decline stop left untrained would have cost: those steps x the all-in GPU-h per step."""
-        per_step = self.gpu_hours_per_step
-        return None if not self.saved_steps or per_step is None else self.saved_steps * per_step
-
-    @property
-    def projected_gpu_hours(self) -> float | None:
-        """GPU-hours to finish: remaining steps x the recent all-in GPU-h per step."""
-        per_step, remaining = self.gpu_hours_per_step, self.remaining_steps
-        if remaining == 0:
-            return 0.0
-        return None if per_step is None or remaining is None else remaining * per_step
 
 
 def stops_of(run: RunDir) -> list[Stop]:
@@ -498,14 +310,6 @@ def unrecorded_jobs(records: list[Record], rows: list[SacctRow]) -> tuple[str, .
     return tuple(job for job in started if job not in recorded)
 
 
-def unrecorded_line(acc: RunAccounting) -> str:
-    """The views' warning for jobs accounting has not yet recorded, or ''."""
-    if not acc.unrecorded:
-        return ""
-    return (f"sacct has not yet recorded job(s) {', '.join(acc.unrecorded)}: their time is missing from these "
-            "figures (ask again in a minute)")
-
-
 def with_stall(known: JobFacts, row: SacctRow, files: RunFiles, now: datetime, settings: Any) -> JobFacts:
     """A running job's facts, marked stalled when hpc/run/health.py flags the run STALLED."""
     if row.end is not None or row.start is None or row.state != JobState.RUNNING:
@@ -533,85 +337,6 @@ def restart_gaps(jobs: list[JobRun]) -> tuple[float, ...]:
         if before.end is not None and first is not None:
             gaps.append(max(0.0, (first - before.end).total_seconds()))
     return tuple(gaps)
-
-
-# -- text ------------------------------------------------------------------------------------------------
-
-
-def hours(value: float | None) -> str:
-    """GPU-hours as people read them: 210, 41.2, 0.0417; '-' when unknown."""
-    if value is None:
-        return "-"
-    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
-
-
-def summary_line(acc: RunAccounting) -> str:
-    """One line for status.sh: goodput, charged, lost (by kind), per step, to finish."""
-    goodput = "-" if acc.goodput is None else f"{acc.goodput:.2f}"
-    parts = [f"goodput {goodput}", f"{hours(acc.gpu_hours)} GPU-h charged"
-             + (f" ({hours(acc.node_hours)} node-h)" if acc.gpu_hours == 0 else "")]
-    lost = [f"{SHORT[k]} {hours(acc.lost_gpu_hours(k))}" for k in WASTED if acc.lost_gpu_hours(k) > 0]
-    parts.append(f"{hours(acc.lost_gpu_hours())} lost" + (f" ({', '.join(lost)})" if lost else ""))
-    if acc.queue_wait:
-        parts.append(f"queued {span(acc.queue_wait)}")
-    if acc.gpu_hours_per_step is not None:
-        parts.append(f"{hours(acc.gpu_hours_per_step)} GPU-h/step")
-    projected = acc.projected_gpu_hours
-    if projected is not None and not acc.finished:
-        parts.append(f"~{hours(projected)} GPU-h to finish")
-    if acc.saved_gpu_hours is not None:
-        parts.append(f"~{hours(acc.saved_gpu_hours)} GPU-h saved (declined: {acc.saved_steps} steps not trained)")
-    return f"{acc.run}: " + ", ".join(parts)
-
-
-JOB_HEAD = ["JOB", "STATE", "NODES", "GPUS", "QUEUED", "ELAPSED", "GPU-H", "STARTING", "TRAINING", "BETWEEN",
-            "LOST", "IDLE", "IN FLIGHT", "STALLED", "STEPS", "STOP", "LOST ROLLOUT-S"]
-
-
-def job_cells(job: JobRun) -> list[str]:
-    gpus = f"{job.gpus}" + (f"/{job.share}" if job.share > 1 else "")
-    return [job.label, job.state, str(job.nodes), gpus, span(job.seconds("queued")),
-            span(job.elapsed) if job.start else "-", hours(job.gpu_hours),
-            *(span(job.seconds(k)) for k in ("starting", "training", "between", "lost", "idle", "in_flight",
-                                             "stalled")),
-            str(job.steps), job.stop_reason or "-", f"{job.lost_rollout_seconds:.0f}"]
-
-
-def totals_rows(acc: RunAccounting) -> list[tuple[str, str]]:
-    """The run's figures, label and value, for the command's text and the report's table."""
-    gaps = ", ".join(span(g) for g in acc.restart_gaps) or "-"
-    return [
-        ("charging", acc.charging.describe() if acc.charging else "the GPUs Slurm allocated (cluster not in the registry)"),
-        ("GPU-hours charged", f"{hours(acc.gpu_hours)} ({hours(acc.node_hours)} node-hours)"),
-        ("productive (training steps)", f"{hours(acc.productive_gpu_hours)} GPU-h"),
-        ("lost (trained nothing)", f"{hours(acc.lost_gpu_hours())} GPU-h: "
-         + ", ".join(f"{LABELS[k]} {hours(acc.lost_gpu_hours(k))}" for k in WASTED)),
-        ("abandoned rollouts", f"{acc.lost_rollout_seconds:.0f} rollout-seconds"),
-        ("goodput", "-" if acc.goodput is None else f"{acc.goodput:.3f}"),
-        ("queue wait", f"{span(acc.queue_wait)} over {sum(1 for j in acc.jobs if j.seconds('queued'))} job run(s)"),
-        ("restart gaps", gaps),
-        ("steps", f"{acc.steps_done} of {acc.total_steps if acc.total_steps is not None else '?'}"
-         + (" (finished)" if acc.finished else "")),
-        ("a step (median of recent)", f"{span(acc.step_seconds)}, {hours(acc.step_gpu_hours)} GPU-h"),
-        ("GPU-h per step, all in", hours(acc.gpu_hours_per_step)),
-        ("projected GPU-h to finish", hours(acc.projected_gpu_hours)),
-        *([("saved by the decline rule", f"~{hours(acc.saved_gpu_hours)} GPU-h ({acc.saved_steps} steps not trained)")]
-          if acc.saved_gpu_hours is not None else []),
-    ]
-
-
-def text_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [head, *rows]]
-
-
-def render_text(acc: RunAccounting) -> str:
-    lines = [f"Run {acc.run}: where the GPU-hours went ({len(acc.jobs)} job run(s))"]
-    lines += text_table(JOB_HEAD, [job_cells(j) for j in acc.jobs]) if acc.jobs else ["  no job has run yet"]
-    width = max(len(label) for label, _ in totals_rows(acc))
-    lines += [""] + [f"{label.ljust(width)}  {value}" for label, value in totals_rows(acc)]
-    lines += ["", f"NOTE: {unrecorded_line(acc)}"] if acc.unrecorded else []
-    return "\n".join(lines)
 
 
 # -- a run on disk ----------------------------------------------------------------------------------------
@@ -643,42 +368,3 @@ def stall_settings() -> Any:
         return health.HealthSettings.from_env()
     except health.SettingError:
         return health.HealthSettings()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpc.accounting", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", help="a run name under the runs directory, or a run directory (a path with '/')")
-    parser.add_argument("--runs_dir", type=Path, default=None, help="default: the launcher's (RUNS_DIR)")
-    args = parser.parse_args(argv)
-    from hpc.errors import UsageError
-    from hpc.run.report import run_argument
-
-    try:
-        run = run_argument(args.run, args.runs_dir)
-    except UsageError as error:
-        return say(f"python -m hpc.accounting: {error}", 2)
-    if not run.holds(run.ledger):
-        return say(f"python -m hpc.accounting: {run.path} is not a run directory (no ledger.jsonl; accepted: a run "
-                   "name under the runs directory, or a run directory)", 2)
-    try:
-        text = render_text(account_run(run))
-    except SlurmError as err:
-        return say(f"python -m hpc.accounting: error: {err}", 1)
-    print(terminal_text(text + (f"\n\nUNREADABLE: {run.unreadable_line(limit=10)}" if run.unreadable else "")))
-    return 0
-
-
-def say(message: str, code: int) -> int:
-    print(terminal_text(message), file=sys.stderr)
-    return code
-
-
-def terminal_text(text: str) -> str:
-    """What reaches the terminal: each line's control characters escaped (a run folder or job named
-    with ESC or a carriage return can neither drive the terminal nor rewrite a line)."""
-    return "\n".join(printable(line) for line in text.split("\n"))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,8 +13,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hpc.run import accounting
-from hpc.run.accounting import KINDS, LABELS, JobRun, RunAccounting
+from hpc.run import accounting, accounting_text
+from hpc.run.accounting_records import KINDS, LABELS, JobRun, RunAccounting
 from hpc.run.report import DPI, FIG_SIZE, SECTIONS, pyplot, save, table
 from hpc.run.rundir import RunDir
 from hpc.slurm.calls import SlurmError
@@ -58,8 +58,8 @@ def plot_timeline(acc: RunAccounting, run: RunDir, path: Path) -> None:
     axis.legend(handles, [LABELS[k] for k in shown], loc="upper center", bbox_to_anchor=(0.5, -0.12),
                 ncol=min(4, len(shown)), fontsize=9, frameon=False)
     goodput = "-" if acc.goodput is None else f"{acc.goodput:.2f}"
-    axis.set_title(f"Run {acc.run}: {accounting.hours(acc.gpu_hours)} GPU-h charged, "
-                   f"{accounting.hours(acc.lost_gpu_hours())} GPU-h trained nothing, goodput {goodput}", fontsize=11)
+    axis.set_title(f"Run {acc.run}: {accounting_text.hours(acc.gpu_hours)} GPU-h charged, "
+                   f"{accounting_text.hours(acc.lost_gpu_hours())} GPU-h trained nothing, goodput {goodput}", fontsize=11)
     fig.tight_layout()
     save(fig, run, path)
 
@@ -76,12 +76,12 @@ def draw_job(axis: Any, row: int, job: JobRun, origin: datetime, size: float) ->
             axis.broken_barh(spans, (row - 0.3, 0.6), facecolor=COLORS[kind], edgecolor="white",
                              linewidth=0.8 if edge else 0)
     end = max(s.end for s in job.segments)
-    note = f" {accounting.hours(job.gpu_hours)} GPU-h, {job.steps} step{'s' if job.steps != 1 else ''}"
+    note = f" {accounting_text.hours(job.gpu_hours)} GPU-h, {job.steps} step{'s' if job.steps != 1 else ''}"
     axis.text((end - origin).total_seconds() / size, row, note, va="center", fontsize=8)
 
 
 def job_rows(acc: RunAccounting) -> list[list[str]]:
-    return [accounting.job_cells(job) for job in acc.jobs]
+    return [accounting_text.job_cells(job) for job in acc.jobs]
 
 
 def section(run: RunDir, out: Path) -> list[str]:
@@ -92,13 +92,13 @@ def section(run: RunDir, out: Path) -> list[str]:
     except SlurmError as err:
         return lines + [f"Slurm's accounting could not be asked ({err}); the GPU-hours need its records.", ""]
     if acc.unrecorded:
-        lines += [f"**{accounting.unrecorded_line(acc)}.**", ""]
+        lines += [f"**{accounting_text.unrecorded_line(acc)}.**", ""]
     if not any(j.segments for j in acc.jobs):
         return lines + ["No job of this run is in Slurm's accounting yet.", ""]
     plot_timeline(acc, run, out / PICTURE)
     lines += [f"![where the GPU-hours went]({PICTURE})", ""]
-    lines += table(job_rows(acc), [h.lower() for h in accounting.JOB_HEAD]) + [""]
-    lines += table([list(row) for row in accounting.totals_rows(acc)], ["figure", "value"]) + [""]
+    lines += table(job_rows(acc), [h.lower() for h in accounting_text.JOB_HEAD]) + [""]
+    lines += table([list(row) for row in accounting_text.totals_rows(acc)], ["figure", "value"]) + [""]
     return lines
 
 

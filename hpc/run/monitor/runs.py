@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hpc.run import accounting, lease, ledger
+from hpc.run import accounting, accounting_text, lease, ledger
 from hpc.run.best import best_of, last_of
 from hpc.run.checkpoints import is_complete, list_checkpoints
 from hpc.run.decline import Decisions
@@ -32,7 +32,7 @@ from hpc.slurm.states import QUEUED, JobState
 
 REPO = Path(__file__).resolve().parents[3]
 CODE_FILES = [REPO / "hpc" / "run" / name for name in (
-    "monitor/runs.py", "monitor/status_cache.py", "accounting.py", "health.py", "ledger.py", "fields.py", "rundir.py",
+    "monitor/runs.py", "monitor/status_cache.py", "accounting.py", "accounting_records.py", "accounting_text.py", "health.py", "ledger.py", "fields.py", "rundir.py",
     "steps.py", "best.py", "decline.py", "lease.py")] + [REPO / "hpc" / "launcher" / "clusters.yaml"]
 
 
@@ -183,7 +183,7 @@ def gpu_hours_text(account: Optional[accounting.RunAccounting]) -> str:
     """GPU-hours charged so far; '-' before any job of the run started."""
     if account is None or not any(job.start for job in account.jobs):
         return "-"
-    return accounting.hours(account.gpu_hours)
+    return accounting_text.hours(account.gpu_hours)
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ def computed(run_dir: RunDir, records: list[Record], job: str, state: str, accou
     if run_dir.unreadable:  # what its readers skipped (hpc/run/rundir.py), listed under the table
         flag = f"UNREADABLE: {len(run_dir.unreadable)} record(s) skipped (below)"
         cells[-1] = flag if cells[-1] == "-" else f"{flag}; {cells[-1]}"
-    goodput = accounting.summary_line(account) if any(j.start for j in account.jobs) else None
+    goodput = accounting_text.summary_line(account) if any(j.start for j in account.jobs) else None
     member = read_marker(run_dir.read_sweep_member)
     return RunView(run_dir, cells, state, goodput, parked_run, str(member.get("sweep") or ""),
                    sweep_word(run_dir, state, parked_run))

@@ -12,25 +12,19 @@ import pytest
 from hpc.job import vllm_runtime
 from hpc.job.wheelhouse import (
     LEFT_OUT,
-    Pin,
     RequirementSet,
-    WheelhouseError,
     check_arch,
     glibc_needed,
     index_of,
-    install,
-    installed,
     lacking_wheels,
     lock,
     main,
-    make_venv,
-    needed,
     platform_args,
     preferences,
-    read_pins,
-    wheels_for,
     write_requirement_sets,
 )
+from hpc.job.wheelhouse_install import install, make_venv, wheels_for
+from hpc.job.wheelhouse_locks import Pin, WheelhouseError, installed, needed, read_pins
 
 REPO = Path(__file__).resolve().parents[3]
 UV = str(Path(sys.executable).with_name("uv"))

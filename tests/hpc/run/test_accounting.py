@@ -13,11 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpc.run import accounting, ledger
-from hpc.run.accounting import Charging, RunFiles, SacctRow, account
+from hpc.run import accounting, accounting_cli, accounting_text, ledger
+from hpc.run.accounting import RunFiles, account
+from hpc.run.accounting_records import Charging
 from hpc.run.health import HealthSettings
 from hpc.run.rundir import RunDir
 from hpc.slurm import calls
+from hpc.slurm.output import SacctRow
 
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=timezone.utc)
 GRES = Charging("local", whole_nodes=False, gpus_per_node=2)
@@ -136,7 +138,7 @@ def test_a_pack_job_start_that_says_how_many_runs_share_it_is_charged_that_part(
     fake.event(0, "submit", job_id="31", cluster="jureca").event(12, "job_start", job_id="31", step=0, pack_runs=4)
     acc = account("r", fake.files(), [row("31", "COMPLETED", 0, 10, 100, gpus=4)], WHOLE, now=t(200))
     assert acc.jobs[0].share == 4 and acc.gpu_hours == pytest.approx(90 * 4 / 4 / 3600)
-    assert accounting.job_cells(acc.jobs[0])[3] == "4/4"  # the job's GPUs / the runs sharing them
+    assert accounting_text.job_cells(acc.jobs[0])[3] == "4/4"  # the job's GPUs / the runs sharing them
 
 
 # -- where the time went -------------------------------------------------------------------------------
@@ -189,7 +191,7 @@ def test_a_running_jobs_time_since_its_last_step_is_lost_as_stalled_once_the_run
     assert [(s.kind, s.seconds) for s in late.jobs[-1].segments][-1] == ("stalled", 300)
     assert late.lost_gpu_hours("stalled") == pytest.approx(300 * 2 / 3600)
     assert late.goodput == pytest.approx(330 / (341 + 442))  # counted as allocated, and lost
-    assert "stalled 0.167" in accounting.summary_line(late)
+    assert "stalled 0.167" in accounting_text.summary_line(late)
     assert late.gpu_hours_per_step == soon.gpu_hours_per_step  # a stall is a fault, not what steps cost
     patient = account("r", files, rows, GRES, now=t(880), health=HealthSettings(min_stall_seconds=400))
     assert patient.jobs[-1].segments[-1].kind == "in_flight"
@@ -210,7 +212,7 @@ def test_a_finished_run_has_nothing_left_to_pay(fake):
     acc = account("r", fake.files(total=1, done=True), [row("5", "COMPLETED", 0, 1, 25)], GRES, now=t(99))
     assert acc.finished and acc.remaining_steps == 0 and acc.projected_gpu_hours == 0
     assert [s.kind for s in acc.jobs[0].segments] == ["queued", "starting", "training", "between", "idle"]
-    assert "to finish" not in accounting.summary_line(acc)
+    assert "to finish" not in accounting_text.summary_line(acc)
 
 
 def test_a_run_the_decline_rule_stopped_shows_the_gpu_hours_its_untrained_steps_would_have_cost(fake):
@@ -223,10 +225,10 @@ def test_a_run_the_decline_rule_stopped_shows_the_gpu_hours_its_untrained_steps_
     acc = account("r", files, [row("5", "COMPLETED", 0, 1, 25)], GRES, now=t(99))
     assert acc.finished and acc.saved_steps == 9
     assert acc.saved_gpu_hours == pytest.approx(9 * acc.gpu_hours_per_step)
-    assert f"~{accounting.hours(acc.saved_gpu_hours)} GPU-h saved (declined: 9 steps not trained)" in (
-        accounting.summary_line(acc))
-    assert ("saved by the decline rule", f"~{accounting.hours(acc.saved_gpu_hours)} GPU-h (9 steps not trained)") in (
-        accounting.totals_rows(acc))
+    assert f"~{accounting_text.hours(acc.saved_gpu_hours)} GPU-h saved (declined: 9 steps not trained)" in (
+        accounting_text.summary_line(acc))
+    assert ("saved by the decline rule", f"~{accounting_text.hours(acc.saved_gpu_hours)} GPU-h (9 steps not trained)") in (
+        accounting_text.totals_rows(acc))
 
 
 def test_a_crash_or_a_job_without_its_end_hook_loses_the_step_in_flight(fake):
@@ -334,7 +336,7 @@ def test_segments_tile_the_job_run_exactly_and_goodput_stays_within_0_and_1(tmp_
 
 def test_the_status_line_says_goodput_charged_lost_per_step_and_to_finish(fake):
     files, rows = requeued_run(fake)
-    line = accounting.summary_line(account("r", files, rows, GRES, now=t(638)))
+    line = accounting_text.summary_line(account("r", files, rows, GRES, now=t(638)))
     assert line == ("r: goodput 0.68, 0.301 GPU-h charged, 0.085 lost (start-up 0.0678, validation 0.00556, "
                     "abandoned 0.00833, idle 0.00333), queued 1m36s, 0.0671 GPU-h/step, ~0.402 GPU-h to finish")
 
@@ -342,13 +344,13 @@ def test_the_status_line_says_goodput_charged_lost_per_step_and_to_finish(fake):
 @pytest.mark.parametrize("value, text", [(None, "-"), (0, "0"), (0.041666, "0.0417"), (41.24, "41.2"),
                                          (210.4, "210"), (12345.6, "12346")])
 def test_gpu_hours_read_as_people_read_them(value, text):
-    assert accounting.hours(value) == text
+    assert accounting_text.hours(value) == text
 
 
 def test_the_command_prints_the_breakdown_per_job_and_the_runs_figures(fake, monkeypatch, capsys):
     files, rows = requeued_run(fake)
     monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: [r for r in rows if r.job_id in ids])
-    assert accounting.main([str(fake.path)]) == 0
+    assert accounting_cli.main([str(fake.path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Run r: where the GPU-hours went (2 job run(s))\nJOB ")
     assert "\n11 (run 2)  RUNNING " in out and "\n11          REQUEUED " in out
@@ -357,7 +359,7 @@ def test_the_command_prints_the_breakdown_per_job_and_the_runs_figures(fake, mon
 
 
 def test_the_command_refuses_a_directory_that_is_no_run_in_one_line(tmp_path, capsys):
-    assert accounting.main([str(tmp_path / "nothing")]) == 2
+    assert accounting_cli.main([str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
     assert "is not a run directory" in err and len(err.splitlines()) == 1
 
@@ -371,7 +373,7 @@ def test_a_corrupt_ledger_beside_the_run_never_breaks_its_accounting(fake, monke
     neighbour.mkdir()
     (neighbour / "ledger.jsonl").write_bytes(sibling)
     monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: [r for r in rows if r.job_id in ids])
-    assert accounting.main([str(fake.path)]) == 0
+    assert accounting_cli.main([str(fake.path)]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("Run r: where the GPU-hours went (2 job run(s))") and err == ""
     assert "UNREADABLE" not in out, "the neighbour's records are the neighbour's to show"
@@ -388,7 +390,7 @@ def test_the_commands_accounting_names_the_records_it_skipped(fake, monkeypatch,
     records = ledger.read_bytes().splitlines(keepends=True)
     ledger.write_bytes(b"".join(records[:2]) + line + b"\n" + b"".join(records[2:]))
     monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: [r for r in rows if r.job_id in ids])
-    assert accounting.main([str(fake.path)]) == 0
+    assert accounting_cli.main([str(fake.path)]) == 0
     out = capsys.readouterr().out
     assert "\n11 (run 2)  RUNNING " in out, "the rest of the run is accounted"
     assert out.rstrip().splitlines()[-1].startswith(f"UNREADABLE: 1 unreadable record(s) skipped: {named}")
@@ -401,10 +403,10 @@ def test_a_job_that_started_but_sacct_has_not_recorded_is_named_not_quietly_left
     fake.event(320, "job_start", job_id="12", step=1).step(2, "12", 330, 400)
     acc = account("r", fake.files(), [row("11", "COMPLETED", 1, 60, 301)], GRES, now=t(500))
     assert acc.unrecorded == ("12",)
-    assert "NOTE: sacct has not yet recorded job(s) 12: their time is missing" in accounting.render_text(acc)
+    assert "NOTE: sacct has not yet recorded job(s) 12: their time is missing" in accounting_text.render_text(acc)
     recorded = account("r", fake.files(), [row("11", "COMPLETED", 1, 60, 301), row("12", "RUNNING", 301, 320, None,
                                                                                   now=500)], GRES, now=t(500))
-    assert recorded.unrecorded == () and "NOTE" not in accounting.render_text(recorded)
+    assert recorded.unrecorded == () and "NOTE" not in accounting_text.render_text(recorded)
 
 
 @pytest.mark.parametrize("name", ["r\x1b[2J\x1b[31mred", "r\rfake", "r\x07bell", "r\x9bcsi", "r\u202eevil"])
@@ -412,13 +414,13 @@ def test_a_run_folder_named_with_control_characters_is_printed_escaped(tmp_path,
     fake = FakeRun(tmp_path / name)
     files, rows = requeued_run(fake)
     monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: [r for r in rows if r.job_id in ids])
-    assert accounting.main([str(fake.path)]) == 0
+    assert accounting_cli.main([str(fake.path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"Run {name.encode('unicode_escape').decode()}: where the GPU-hours went")
     assert all(ch.isprintable() for ch in out.replace("\n", "")), "no control character reaches the terminal"
 
 
 def test_a_folder_with_control_characters_that_is_no_run_is_named_escaped(tmp_path, capsys):
-    assert accounting.main([str(tmp_path / "x\x1b]0;owned\x07")]) == 2
+    assert accounting_cli.main([str(tmp_path / "x\x1b]0;owned\x07")]) == 2
     err = capsys.readouterr().err
     assert "x\\x1b]0;owned\\x07 is not a run directory" in err and all(c.isprintable() for c in err.rstrip("\n"))

@@ -30,11 +30,12 @@ from typing import Callable
 
 import pytest
 
-from hpc.run import accounting, ledger
+from hpc.run import accounting, accounting_text, ledger
+from hpc.run.accounting_records import JobRun
 from hpc.run.report import DPI, FIG_SIZE
 from hpc.run.report import main as report_main
 from hpc.run.rundir import RunDir
-from hpc.run.steps import trained_steps
+from hpc.run.steps import Step, trained_steps
 from hpc.slurm.output import tres_gpus
 from tests.doubles.ledger_lines import ledger_lines
 from tests.doubles.webhook_receiver import WebhookReceiver
@@ -183,7 +184,7 @@ def test_every_step_is_in_the_job_run_that_trained_it_and_the_time_adds_up(finis
     assert 0.2 < acc.goodput < 0.95
 
 
-def run_steps(run: RunDir, job: accounting.JobRun) -> list[accounting.Step]:
+def run_steps(run: RunDir, job: JobRun) -> list[Step]:
     return [s for s in trained_steps(run) if job.start <= s.end <= job.end]
 
 
@@ -204,8 +205,8 @@ def test_status_shows_the_gpu_hours_and_the_goodput_line_and_the_command_the_bre
     acc = accounting.account_run(run)
     out = run_script("status.sh", "--runs_dir", str(finished["runs_dir"]), "--run", run.name).stdout
     row = re.split(r"\s{2,}", next(line for line in out.splitlines() if line.startswith(run.name + " ")))
-    assert row[8] == accounting.hours(acc.gpu_hours) and row[-1] == "finished"
-    assert f"  {accounting.summary_line(acc)}\n" in out
+    assert row[8] == accounting_text.hours(acc.gpu_hours) and row[-1] == "finished"
+    assert f"  {accounting_text.summary_line(acc)}\n" in out
     command = subprocess.run([".venv/bin/python", "-m", "hpc.accounting", str(run.path)], cwd=REPO,
                              capture_output=True, text=True, timeout=60)
     assert command.returncode == 0, command.stderr

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpc.run import accounting, ledger, report
+from hpc.run import accounting_cli, ledger, report
 from hpc.run.ledger import Submit
 from hpc.run.monitor import cli as monitor
 from hpc.run.rundir import RunDir
@@ -140,8 +140,8 @@ def test_a_hostile_run_directory_breaks_no_view_and_is_written_outside_of_never(
 
         _, shown, _ = called(status(runs), capsys)
         assert any(line.startswith("sound ") and " 3/10 " in line and "75%@2" in line for line in shown.splitlines()), shown
-        called(lambda: accounting.main([str(bad.path)]), capsys)
-        code, text, _ = called(lambda: accounting.main([str(sound.path)]), capsys)
+        called(lambda: accounting_cli.main([str(bad.path)]), capsys)
+        code, text, _ = called(lambda: accounting_cli.main([str(sound.path)]), capsys)
         assert code == 0 and "3 of 10" in text
         called(lambda: report.main([str(bad.path)]), capsys)
         code, _, _ = called(lambda: report.main([str(sound.path)]), capsys)
