@@ -3,8 +3,8 @@
 The benches ask "did this step change the LoRA?" (a seed's steps must, a learning-rate-0 control's
 must not). Comparing the files' bytes answers a different question, and ART has two savers: step
 0's LoRA is written when the run's vLLM starts, later ones by its trainer (in dedicated mode, another
-process). On two H100s (2026-11-27) the control's files differed in bytes at one of its 43 steps (which
-one was not recorded), while its held-out accuracy stayed flat (47.3% at step 0, 45.0% at 40). So this
+process). On two H100s a learning-rate-0 control's files can differ in bytes (at one of 43 steps in one run)
+while its held-out accuracy stays flat (47.3% at step 0, 45.0% at 40). So this
 reads each tensor by name, ignores the header's ``__metadata__`` and the tensors' order, and compares
 values; where the two files store a tensor in different float widths (float32 in one, bfloat16 or
 float16 in the other) both are rounded to the narrower before comparing. Pure Python, so the CPU

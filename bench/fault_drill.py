@@ -13,7 +13,7 @@ launcher and job template, as bench/resubmit_goodput.py launches its runs:
 - node lost mid-job: the node's slurmd and the job's processes killed; Slurm declares the
   node down (SlurmdTimeout, 60 s here), the job NODE_FAIL, and requeues it;
 - node lost at the time limit: the same late in a 1-minute job whose 40 s step is in flight:
-  the limit comes first, the job ends TIMEOUT and is not requeued (the case of issue 19);
+  the limit comes first, the job ends TIMEOUT and is not requeued (its successor continues the run);
 - the batch script killed (kill -9 of the job's shell alone, an administrator's kill);
 - OOM kill of the job: every process under the job's slurmstepd killed (a cgroup OOM kill);
 - scancel: the user stops the run (it must stop; a launch resumes it, which the drill does);

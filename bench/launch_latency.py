@@ -113,7 +113,7 @@ def default_judge() -> Iterator[tuple[list[str], ProviderAPI]]:
 @contextmanager
 def litellm_judge() -> Iterator[tuple[list[str], OpenAIServer]]:
     """A provider judge_ping's table lacks (DeepSeek's OpenAI-compatible API at DEEPSEEK_API_BASE):
-    asked through litellm, as every provider's judge was before, for the cost of litellm's import."""
+    asked through litellm (a provider judge_ping's table lacks), for the cost of litellm's import."""
     with OpenAIServer({"deepseek-chat": lambda body: text("OK")}) as judge:
         yield ["--env", "JUDGE_MODEL=deepseek/deepseek-chat", "--env", f"DEEPSEEK_API_BASE={judge.base_url}",
                "--env", "DEEPSEEK_API_KEY=bench-key"], judge

@@ -11,8 +11,8 @@ copied into ``--runs`` runs of ``--steps`` steps placed inside the real job's sp
 takes a finished run directory instead of launching one (the launch needs the local Slurm; run it
 alone on a shared one: ``flock /tmp/slurm-tests.lock .venv/bin/python bench/status_scale.py``).
 
-Measured, each against the figures of the issue (the path before status kept its cache, issue 38)
-and the first call here, which has no cache and so reads every run's history as that path did:
+Measured, each against the figures of status.sh without its cache (``OLD``: every run's whole history
+read on every call) and the first call here, which has no cache and so reads every run's history so:
 
 - ``status.sh`` cold (the first call: every run read); warm with nothing changed (median of
   ``--repeat``); live (before each call one real step record appended to 10 runs and their
@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 GPU_RUN = REPO / "docs" / "results" / "learning_curve_runs" / "2026-11-27-2xH100" / "seed1"
-OLD = {"status_100": 6.9, "status_1000": 80.6, "status_run": 0.83, "accounting": 0.91}  # issue 38's table
+OLD = {"status_100": 6.9, "status_1000": 80.6, "status_run": 0.83, "accounting": 0.91}  # status.sh without its cache, seconds
 TARGETS = {"live": 2.0, "unchanged": 0.5, "report": 3.0}
 LIVE_RUNS = 10
 PYTHON = str(REPO / ".venv" / "bin" / "python")
@@ -201,10 +201,10 @@ def print_table(runs: int, steps: int, report_steps: int, status: dict[str, floa
         ("rmlogs.sh (listing, median)", None, other["rmlogs"]),
         ("scancelall.sh --name PREFIX -y (median)", None, other["scancelall"]),
     ]
-    print(f"\n{'what':<66} {'issue 38':>9} {'now':>8}")
+    print(f"\n{'what':<66} {'no cache':>9} {'now':>8}")
     for label, old, new in rows:
         print(f"{label:<66} {'-' if old is None else f'{old:.2f} s':>9} {new:>6.2f} s")
-    print(f"(issue 38 measured 100 x 3,000 at {OLD['status_100']} s and 1,000 x 3,000 at {OLD['status_1000']} s)")
+    print(f"(without the cache: 100 x 3,000 at {OLD['status_100']} s and 1,000 x 3,000 at {OLD['status_1000']} s)")
 
 
 def main(argv: list[str] | None = None) -> int:

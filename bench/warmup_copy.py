@@ -9,9 +9,9 @@ turn alone, the question then the good search's call (trainer/staging/first_call
 ``--context`` before the question: nothing (default), the rollout's system prompt, or that and
 the tools' schemas in the template (the warm-up's first turn). Every ``--every`` steps it prints,
 on the first ``--questions`` held-out questions, the share whose call is predicted right,
-teacher-forced, up to the entity's end. Measured with it (2026-11-27, the bench's `inbox` model on
+teacher-forced, up to the entity's end. Measured with it (the learning-curve bench's `inbox` model on
 its data with quoted questions, seed 0, 16 a step):
-- context none, one CPU core: learning rate 2e-3 (the bench's warm-up until then) 0.00, 0.00,
+- context none, one CPU core: learning rate 2e-3 0.00, 0.00,
   0.00, 0.01, 0.00, 0.00, 0.00, 0.00 at steps 100 to 800; 5e-4: 0.00, 0.00, 1.00, 1.00 at 100-400;
 - on an H200 at 5e-4: context none 0.01, 0.00, 0.77, 1.00, 1.00, 1.00 at 100-600; system 0.00 at
   250-1500, then 0.01-0.03 at 1750-3000; tools 0.00 at 100-700;

@@ -1,6 +1,6 @@
-"""Old path of hpc.job.continuation (hpc/job/continuation.py), kept for job scripts rendered before issue 18.
+"""Old path of hpc.job.continuation (hpc/job/continuation.py), which job scripts rendered by release 0.1.0 call.
 
-One of hpc/forwarding.py's OLD_JOB_PATHS: removed in the release that list names.
+One of hpc/forwarding.py's OLD_JOB_PATHS: removed in the release that list names (0.3.0).
 """
 from hpc.forwarding import forward_old_job_path
 

@@ -1,5 +1,5 @@
-"""Module paths that still work after a move: the commands users type, and the old paths that job
-scripts rendered by an earlier release call.
+"""Module paths kept apart from where their code lives: the commands users type, and the old paths
+that job scripts rendered by release 0.1.0 call.
 
 A module at an old path is a few lines: ``forward(__name__, "new.path")``. Run as a command
 (``python -m old.path ...``) it runs the moved module as ``__main__``, with the same
@@ -8,11 +8,11 @@ so patch targets, ``isinstance`` and module attributes behave as before.
 
 The users' commands (``python -m hpc.launch``, ``python -m trainer.train``, ...) are for good.
 The paths below are not: they are ``OLD_JOB_PATHS``, the one list of them. Job scripts rendered
-before issue 18 moved the code (release 0.1.0, before 2026-11-26) call them, and a run launched
-then is continued by re-submitting that same script (its successor, a follow-up job), so each
-must work as long as such a run may be continued. They go in release ``REMOVED_IN``, whose notes
-ask users to relaunch runs launched before the move (a relaunch renders the script anew);
-tests/test_forwarding.py fails once the project's version reaches it and they are still here.
+by release 0.1.0 call them, and such a run is continued by re-submitting that same script (its
+successor, a follow-up job), so each must work as long as such a run may be continued. They go in
+release ``REMOVED_IN``, whose notes (CHANGELOG.md) ask users to relaunch runs launched with 0.1.0
+(a relaunch renders the script anew); tests/test_forwarding.py fails once the project's version
+reaches it and they are still here.
 """
 
 import importlib
@@ -20,7 +20,7 @@ import runpy
 import sys
 
 REMOVED_IN = "0.3.0"
-# old path -> where the code lives now; what calls it in a job script rendered before the move
+# old path -> where its code lives; what calls it in a job script rendered by 0.1.0
 OLD_JOB_PATHS: dict[str, str] = {
     "hpc.continuation": "hpc.job.continuation",  # job control's begin and end hooks
     "hpc.pack": "hpc.job.pack",  # a pack job's slots, begin, devices and end; the judge block's devices

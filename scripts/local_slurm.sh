@@ -294,7 +294,7 @@ JobRequeue=1
 ReturnToService=2
 MinJobAge=120
 # Slurm's default (30 s), as clusters have it: a cancelled job's end hook has that long after TERM (on a
-# busy 2-core machine 10 s was not always enough to record a scancel as a stop)
+# busy 2-core machine 10 s is not always enough to record a scancel as a stop)
 KillWait=30
 # A node that stops answering (its slurmd killed: the tests' lost node) is
 # declared down, and its jobs NODE_FAIL, about this long after its last answer.
@@ -455,7 +455,7 @@ cmd_up() {
   start_mysql
   create_db
   write_slurmdbd_conf
-  # sacctmgr (used to wait for slurmdbd) reads slurm.conf, so write it first.
+  # sacctmgr, with which we wait for slurmdbd, reads slurm.conf, so write it first.
   local changed=1
   write_slurm_conf "$nodes" && changed=0
   start_slurmdbd

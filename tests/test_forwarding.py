@@ -1,4 +1,4 @@
-"""Old module paths (what users type, what job scripts submitted before the move run) reach the moved code."""
+"""Module paths kept apart from their code (what users type, what job scripts rendered by 0.1.0 run) reach it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hpc.forwarding import OLD_JOB_PATHS, REMOVED_IN
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The commands users type (for good), and the old paths job scripts of an earlier release call (for now).
+# The commands users type (for good), and the old paths job scripts rendered by 0.1.0 call (until 0.3.0).
 COMMANDS = {'hpc.accounting': 'hpc.run.accounting_cli', 'hpc.launch': 'hpc.launcher.launch', 'hpc.report': 'hpc.run.report',
             'trainer.ask': 'trainer.serving.ask', 'trainer.data': 'trainer.staging.data',
             'trainer.eval': 'trainer.evaluation.eval', 'trainer.preflight': 'trainer.training.preflight',
@@ -31,13 +31,13 @@ def test_an_old_module_path_imports_the_moved_module(old: str) -> None:
 
 
 @pytest.mark.parametrize("old", sorted(IN_JOB))
-def test_a_job_script_submitted_before_the_move_still_runs_its_hooks(old: str) -> None:
+def test_a_job_script_rendered_by_0_1_0_still_runs_its_hooks(old: str) -> None:
     done = subprocess.run([sys.executable, "-m", old, "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "usage:" in done.stdout
 
 
-def test_a_job_script_submitted_before_the_move_still_ties_its_workload() -> None:
+def test_a_job_script_rendered_by_0_1_0_still_ties_its_workload() -> None:
     """Job scripts run ``python -S -m hpc.tied SHELL_PID COMMAND`` (no --help): it runs COMMAND."""
     command = [sys.executable, "-S", "-m", "hpc.tied", str(os.getpid()), sys.executable, "-S", "-c", "print('tied')"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=REPO)

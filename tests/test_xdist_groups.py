@@ -1,7 +1,7 @@
 """The local Slurm's tests share one pytest-xdist group (tests/conftest.py): one worker runs them
-one after another. pytest 9.2 with pytest-xdist 3.8 dropped the group without a word (xdist writes
-it into Node._nodeid, which pytest 9.2 no longer reads) and the Slurm tests then ran on both
-workers at once, fighting over the two nodes; this test fails when that comes back."""
+one after another. pytest 9.2 with pytest-xdist 3.8 drops the group without a word (xdist writes
+it into Node._nodeid, which pytest 9.2 does not read) and the Slurm tests run on both workers at
+once, fighting over the two nodes; this test fails when that happens."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``python -m trainer.serve``: the command users type; the code lives in trainer/serving/serve.py.
 
-Users' commands, the README and the docs keep pointing here (issue 18 moved the code into
-the folder that says where it runs); this module runs the moved one.
+The command's name is the users' (the README, the docs) and stays; the code sits in the folder
+of the side it runs on. This module runs it as ``__main__`` (hpc/forwarding.py).
 """
 from hpc.forwarding import forward
 

@@ -1,7 +1,7 @@
-"""Old path of trainer.serving.vllm_server (trainer/serving/vllm_server.py), kept for the judge
-block of job scripts rendered before issue 18.
+"""Old path of trainer.serving.vllm_server (trainer/serving/vllm_server.py), which the judge block
+of job scripts rendered by release 0.1.0 calls.
 
-One of hpc/forwarding.py's OLD_JOB_PATHS: removed in the release that list names.
+One of hpc/forwarding.py's OLD_JOB_PATHS: removed in the release that list names (0.3.0).
 """
 from hpc.forwarding import forward_old_job_path
 

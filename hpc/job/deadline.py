@@ -214,7 +214,7 @@ class BoundaryRule:
     @classmethod
     def from_env(cls, env: Mapping[str, str], settings: BoundarySettings, *, enabled: bool = True,
                  say: Callable[[str], None] = print) -> BoundaryRule:
-        """The job's rule; an unusable HPC_SIGNAL_GRACE or HPC_JOB_END_TIME is an EndTimeError now."""
+        """The job's rule; an unusable HPC_SIGNAL_GRACE or HPC_JOB_END_TIME raises EndTimeError here, at the job's start."""
         rule = cls(JobEnd(env), signal_grace(env), settings, enabled, say=say)
         if enabled:
             rule.end.get()

@@ -186,8 +186,8 @@ def describe(env: Mapping[str, str], arch: str) -> str:
 
 # vLLM 0.25.1 runs dense models (Qwen2) on its new "V2" model runner, where the patch of ART's
 # runtime that tracks each request's policy (art_vllm_runtime.policy_spans) fails during vLLM's
-# start-up profiling: KeyError 'req_0_...'. Seen on H200s (2026-11-26) in ART's training runtime
-# and in a judge served with the runtime's own `vllm serve`. The V1 runner works with the patch,
+# start-up profiling: KeyError 'req_0_...', on H200s, in ART's training runtime and in a judge
+# served with the runtime's own `vllm serve`. The V1 runner works with the patch,
 # so every vLLM the project starts gets it, unless the user set the variable.
 RUNNER_DEFAULTS = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 
@@ -232,7 +232,7 @@ def cudart_shim(site_packages: Path, cudart: Path) -> Path:
     link ``libcudart_stub.so``, a stub exporting 39 of the runtime's functions. vLLM finds
     "the" CUDA runtime as the first mapping whose name starts with ``libcudart`` and the stub,
     loaded last, comes first: its sleep mode then fails at start-up ("undefined symbol:
-    cudaDeviceReset", seen on an H200, 2026-11-26). A ``libcudart_stub.so`` that is the real
+    cudaDeviceReset" on an H200). A ``libcudart_stub.so`` that is the real
     runtime, in a folder ART puts first on the runtime's ``LD_LIBRARY_PATH``, wins over the
     stub (TileLang's libraries find it through RUNPATH, which comes after LD_LIBRARY_PATH);
     the loader sees the runtime torch already loaded and maps nothing new."""

@@ -18,9 +18,9 @@ What ART's LocalBackend puts on a GPU (sizes in GiB; ``G`` is one GPU):
   (ART's per_device_train_batch_size): the log-softmax over the whole vocabulary
   in fp32, which ART computes chunk by chunk but keeps for the backward pass (4
   bytes a token and vocabulary entry), a bf16 attention bias of sequence x sequence,
-  and the checkpointed activations (a few bytes a token and hidden unit). On a lent
-  H200 (2026-11-27) agent_008's 14B training process held 48.6 GiB while it trained
-  rows of 32768 tokens, which the old hidden-size term (10.8 GiB in all) missed.
+  and the checkpointed activations (a few bytes a token and hidden unit). On an H200
+  agent_008's 14B training process holds 48.6 GiB while it trains rows of 32768 tokens
+  (tests/hpc/launcher/test_gpu_memory.py); a term in the hidden size alone comes to 10.8 GiB.
 - ``gpu_mode: shared`` (ART's default): both on one GPU. vLLM sleeps while
   Unsloth trains, but Unsloth's weights stay while vLLM serves, so they must fit
   beside vLLM's share. ``dedicated``: vLLM on one GPU, Unsloth on another.

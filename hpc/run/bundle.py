@@ -237,7 +237,7 @@ def moved_line(run: RunDir, moved: Moved) -> str:
 
 def refuse_active(run: RunDir) -> None:
     """A run a job trains (its lease) or has in the queue is not bundled: its checkpoint and records
-    may change. A queue that does not answer is no proof of none (issue 40's rule): refused too."""
+    may change. A queue that does not answer is no proof of none (hpc/slurm/answer.py's UNKNOWN): refused too."""
     import time
 
     from hpc.run import lease

@@ -11,10 +11,10 @@ Two ways a run burns GPU-hours for nothing while it looks fine in the queue:
 - COLLAPSED: the within-group reward spread (steps.jsonl ``reward_spread``) has
   been at most ``HPC_COLLAPSE_SPREAD`` (0.01) for the last ``HPC_COLLAPSE_STEPS``
   (10) steps: the rollouts of each group score alike, so GRPO has (almost) no
-  advantage to learn from. Not exactly 0: the learning-curve bench's seed 2
-  (two H100s, 2026-11-27) failed every rollout from step 60 on, yet a group now
-  and then differed by one partial credit (-1.7 against -1.8), a step spread of
-  0.004-0.008; its healthy steps had 0 (every rollout right) or 0.09 and more.
+  advantage to learn from. Not exactly 0: in the learning-curve bench's records
+  (docs/results/learning_curve_runs/2026-11-27-2xH100-copy-lesson, seed 2) a run that fails every
+  rollout still has a group differ by one partial credit (-1.7 against -1.8) now and then, a
+  step spread of 0.004-0.008, where its healthy steps have 0 (every rollout right) or 0.09 and more.
   The flag gives the streak's mean reward: all right and all failing look alike
   to GRPO, not to the user.
 

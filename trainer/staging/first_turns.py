@@ -7,11 +7,11 @@ sample: the good search, the weak one, another search, another call, or no tool 
 RL can only reinforce a good search the model sometimes makes: a group of rollouts in which no one
 searches well gets the same reward for all and teaches nothing about searching. The learning-curve
 bench (bench/learning_curve.py) measures this between the warm-up and the runs and starts no run
-when the good search is too rare. Seen on an H100 (2026-11-27): the bench's model then, warmed up
-for 2000 steps on conversations of which a quarter searched well, searched well in 0 of 100
-held-out first turns at temperature 1 (77% weak) and its runs stayed at 0.0% held-out accuracy
-for 36 steps; 3000 steps on half good searches gave 7 of 100. On two H200s (the same day), no
-warm-up of 6000 or 8000 steps searched well once in 200, on training or held-out questions. The
+when the good search is too rare. Measured by that bench on an H100: a model
+warmed up for 2000 steps on conversations of which a quarter searched well searched well in 0 of
+100 held-out first turns at temperature 1 (77% weak), and its runs stayed at 0.0% held-out
+accuracy for 36 steps; 3000 steps on half good searches gave 7 of 100. On two H200s, no warm-up
+of 6000 or 8000 steps searched well once in 200, on training or held-out questions. The
 scripted policy's share is not the model's: copying the question's entity into the search is a
 skill of its own.
 

@@ -247,10 +247,10 @@ def vllm_engine_args(config: "TrainerConfig", gpu_mode: str) -> dict[str, Any]:
     ``trainer.serve`` and ``trainer.eval`` give their vLLM), ``vllm_fast_start``'s, and a fixed KV
     cache (``vllm_kv_cache_gb``).
 
-    ART passes no ``max_model_len``, so vLLM took the model's own (32768 for Qwen2.5) and refused to
-    start where the KV cache of that context did not fit, whatever ``max_seq_length`` the launcher
-    had planned the GPU's memory with (hpc/launcher/gpu_memory.py: a 40 GB A100 fits agent_008 at
-    ``max_seq_length=22528``). A conversation longer than ``max_seq_length`` could not be trained on
+    ART passes no ``max_model_len``, so vLLM would take the model's own (32768 for Qwen2.5) and refuse
+    to start where the KV cache of that context does not fit, whatever ``max_seq_length`` the launcher
+    planned the GPU's memory with (hpc/launcher/gpu_memory.py: a 40 GB A100 fits agent_008 at
+    ``max_seq_length=22528``). A conversation longer than ``max_seq_length`` cannot be trained on
     anyway (ART drops it)."""
     fast = FAST_START_ENGINE_ARGS if config.vllm_fast_start else {}
     kv = {} if config.vllm_kv_cache_gb is None else {"kv_cache_memory_bytes": int(config.vllm_kv_cache_gb * 2**30)}

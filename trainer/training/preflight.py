@@ -1,8 +1,8 @@
 """Preflight: checks that fail a job in seconds, before the expensive start.
 
 A training job spends its first minutes importing ART, loading the model into
-vLLM and Unsloth; a job on an offline node with a missing model, a dead
-tunnel or a rejected key used to find out only then, and then be retried.
+vLLM and Unsloth; without these checks a job on an offline node with a missing
+model, a dead tunnel or a rejected key would find out only then, and be retried.
 These checks run first (``trainer.train`` before ``import art``; the step
 double with ``preflight=<config>``) and take seconds:
 

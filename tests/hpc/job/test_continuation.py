@@ -577,7 +577,7 @@ def test_cli_end_in_chain_mode_records_the_end(run, model):
     assert "chain mode" in result.stdout
 
 
-# -- configuration errors, error lines, a fresh count per launch (issue 13, preflight) --------------
+# -- configuration errors, error lines, a fresh count per launch (preflight) --------------
 
 
 def test_a_configuration_error_exit_78_gives_the_run_up_at_once_quoting_its_error():
@@ -672,7 +672,7 @@ def test_a_workload_refusing_its_input_with_exit_2_is_not_retried():
     assert decision.action == cont.GIVE_UP and "exit 2" in decision.reason and "invalid model" in decision.reason
 
 
-# -- when Slurm answers badly (issue 40) ----------------------------------------------------------------
+# -- when Slurm answers badly (docs/design.md) ----------------------------------------------------------------
 
 
 class FailingSlurm(FakeSlurm):

@@ -3,9 +3,8 @@
 The job's node is lost (its slurmd and every process of the job killed:
 tests/doubles/slurm_faults.py) while the job trains. Its time limit comes before
 Slurm declares the node down (SlurmdTimeout: 60 s in scripts/local_slurm.sh), so
-the job ends TIMEOUT and is not requeued, and its end hook never ran. Before
-issue 19 nothing continued such a run; now the successor its begin hook queued
-(hpc/job/successor.py) starts once Slurm lets the job go, records it with the state
+the job ends TIMEOUT and is not requeued, and its end hook never runs. The
+successor its begin hook queued (hpc/job/successor.py) starts once Slurm lets the job go, records it with the state
 accounting gives it, and resumes on the other node from the last complete checkpoint.
 
 Timing: 40 s steps (one in flight when the node goes, ~30 s into a 1-minute job,

@@ -1,7 +1,7 @@
 """When Slurm answers badly, on the project's real local Slurm: never two jobs on one run, never a
 run given up or continued for a moment's error.
 
-Each test is a row of issue 40's table: the fault is done as a cluster's Slurm does it for moments,
+Each test is one fault (docs/design.md, "When Slurm answers badly"): the fault is done as a cluster's Slurm does it for moments,
 by wrappers first on PATH in front of the real commands (tests/doubles/slurm_wrappers.py), which the
 launch's environment carries into the jobs and every job their hooks submit. The workload is the
 step double (tests.doubles.step_trainer: each trained step logged with its job). All scenarios are

@@ -1,4 +1,4 @@
-"""hpc/job/trusted_run.py and the job script's use of it (issue 39, item 1): a job whose run folder a
+"""hpc/job/trusted_run.py and the job script's use of it: a job whose run folder a
 neighbour could change by the time it starts reads, sources and runs nothing of it. The rendered
 job script itself is run with bash here (no Slurm needed: it stops, or sources, before job control)."""
 

@@ -1,4 +1,4 @@
-"""The neighbour's attack of issue 39 on the real local Slurm: a run launched to start later, its folder
+"""A neighbour's attack on a run's folder, on the real local Slurm: a run launched to start later, its folder
 made writable by others and its secrets.env replaced with shell code before the job starts. The job
 checks its folder first (hpc/job/trusted_run.py): the code never runs, the job fails in one line in its
 .err log, and nothing is written into the run or submitted after it."""

@@ -1,6 +1,6 @@
 """Hostile input to the launcher, generated (hypothesis): job names, time limits, --env, --train_arg,
 --sbatch_arg, --sweep, --sweep_file contents, --cluster and host names, mixed with the spellings
-issue 26 found. Whatever comes, a dry run exits 0 or 2, says an error in one line, never shows a
+test_launch_refusals.py refuses. Whatever comes, a dry run exits 0 or 2, says an error in one line, never shows a
 traceback, never prints the secret it was given, and writes nothing (docs/launching.md#what-the-launcher-refuses)."""
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_any_input_is_a_dry_run_or_one_line_never_a_traceback_a_secret_or_a_writ
         assert sorted(p.name for p in tmp.iterdir()) == (["sweep.yaml"] if sweep_file is not None else [])
 
 
-# -- run folders someone else owns, can write, or links (issue 39): refused exactly then ----------
+# -- run folders someone else owns, can write, or links: refused exactly then ----------
 
 NEIGHBOUR = 12345
 RUNS_STATES = mostly(st.sampled_from(["missing", "ours", "shared-sticky"]),

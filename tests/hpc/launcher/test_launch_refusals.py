@@ -1,4 +1,4 @@
-"""What the launcher refuses (issue 26), each class in several spellings: one line on stderr, exit 2,
+"""What the launcher refuses, each class in several spellings: one line on stderr, exit 2,
 nothing written, and no secret in what it prints. docs/launching.md#what-the-launcher-refuses says why."""
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def test_an_error_quoting_a_value_with_a_newline_stays_one_line(capsys, tmp_path
     assert "\\n" in refused(capsys, tmp_path, "--train_arg", "model_name=a\nb", "--train_arg", "seed=2\n3")
 
 
-# -- issue 39 item 12: sbatch options with which no job of the user's is submitted ------------
+# -- sbatch options with which no job of the user's is submitted ------------
 
 @pytest.mark.parametrize("option", ["--test-only", "--test", "-h", "--usage", "-V", "--wrap=true", "--uid=0"])
 def test_an_sbatch_arg_that_submits_no_job_is_refused_before_anything_is_written(capsys, tmp_path, monkeypatch,
@@ -229,7 +229,7 @@ def test_an_sbatch_arg_that_submits_no_job_is_refused_before_anything_is_written
     assert not submitted and not (tmp_path / "runs").exists()
 
 
-# -- issue 39 item 11: bash's own variables, which `bash -n` passes and the job dies on ------------
+# -- bash's own variables, which `bash -n` passes and the job dies on ------------
 
 @pytest.mark.parametrize("setting", ["UID=5", "SHELLOPTS=xtrace", "EUID=0", "BASHOPTS=extglob", "PPID=1",
                                      "IFS=x", "BASH_ENV=/tmp/x.sh"])
@@ -246,7 +246,7 @@ def test_a_bash_read_only_variable_in_the_repos_env_is_refused_too(tmp_path):
         env_layers(load_registry().clusters["local"], [], repo_dir=tmp_path)
 
 
-# -- issue 39: the serve entrypoint's --train_arg, --sbatch_arg=--export, --env values that fake a line ----------
+# -- the serve entrypoint's --train_arg, --sbatch_arg=--export, --env values that fake a line ----------
 
 @pytest.mark.parametrize("entrypoint", ["trainer.serve", "trainer.serving.serve"])
 @pytest.mark.parametrize("pairs, fragment", [

@@ -1,4 +1,4 @@
-"""The launcher refuses a run folder that is not the user's alone (issue 39, items 1 and 8): a folder
+"""The launcher refuses a run folder that is not the user's alone: a folder
 someone else owns or can write, a link, an entry the job sources or runs that others can change,
 a runs directory that is a file, a FIFO, /proc/self, or shared without the sticky bit. The dry run
 and the launch both refuse, in one line with exit 2, writing nothing; what the launch makes is never

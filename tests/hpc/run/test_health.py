@@ -77,9 +77,9 @@ def test_a_run_whose_reward_spread_is_zero_for_many_steps_has_collapsed():
 
 
 def test_a_run_whose_every_rollout_fails_alike_but_for_a_partial_credit_now_and_then_has_collapsed():
-    """Seen on two H100s (2026-11-27, the learning-curve bench, records committed): seed 2 failed every
-    rollout from step 60 to its last, 68, spreads 0-0.008, which the rule "exactly 0" never flagged;
-    seed 1, learning still, had spreads of 0 (all right) or 0.09 and more and must not be flagged."""
+    """The learning-curve bench's committed records on two H100s: seed 2 fails every rollout from
+    step 60 to its last, 68, with spreads 0-0.008, which a rule of "exactly 0" would not flag;
+    seed 1, still learning, has spreads of 0 (all right) or 0.09 and more and must not be flagged."""
     records = REPO / "docs" / "results" / "learning_curve_runs" / "2026-11-27-2xH100-copy-lesson"
     seed1, seed2 = (trained_steps(RunDir(records / name)) for name in ("seed1", "seed2"))
     nine = HealthSettings(collapse_steps=9)

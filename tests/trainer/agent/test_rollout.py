@@ -261,8 +261,8 @@ def test_importing_the_rollout_module_loads_no_heavy_dependency():
 
 
 def test_system_prompt_reads_as_sentences_with_no_runs_of_spaces(scenario):
-    """Its lines were once joined with their source indentation (nine spaces in the middle of a
-    sentence): tokens every rollout and warm-up paid for, and text no model had seen."""
+    """Lines joined with their source indentation would put nine spaces in the middle of a
+    sentence: tokens every rollout and warm-up pays for, and text no model has seen."""
     prompt = system_prompt(scenario, AgentConfig(max_turns=7))
     assert "  " not in prompt
     assert prompt.startswith("You are an email search agent. Use the tools to search the user's email and find the "

@@ -188,7 +188,7 @@ def test_the_cache_is_the_users_alone_and_names_no_secret(tmp_path, slurm_stand_
     assert json.loads(kept.read_text())["runs"]["a"]["cells"][0] == "a"
 
 
-# -- runs that cannot be read are shown, named unreadable (issue 39, item 22) -------------------------------
+# -- runs that cannot be read are shown, named unreadable -------------------------------
 
 
 def test_a_ledger_that_is_a_link_loop_is_shown_unreadable(tmp_path, slurm_stand_in, capsys):
