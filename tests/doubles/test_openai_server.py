@@ -1,6 +1,6 @@
 """The OpenAI-compatible test double ends with its ``with`` block: nothing a test started
-through it outlives the test (CI's log once had a trainer's stop message printed after
-pytest's summary: a kept-alive connection served a late request at interpreter exit)."""
+through it outlives the test (a kept-alive connection left open would serve a late request at
+interpreter exit, and a trainer's stop message would print after pytest's summary)."""
 
 from __future__ import annotations
 
