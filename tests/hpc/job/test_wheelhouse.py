@@ -1,10 +1,9 @@
-"""hpc.job.wheelhouse: what an offline target lacks, and an install from a folder of wheels alone."""
+"""hpc.job.wheelhouse: the requirement sets, locked for an offline target and checked against the index; the command."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -23,30 +22,11 @@ from hpc.job.wheelhouse import (
     preferences,
     write_requirement_sets,
 )
-from hpc.job.wheelhouse_install import install, make_venv, wheels_for
-from hpc.job.wheelhouse_locks import Pin, WheelhouseError, installed, needed, read_pins
+from hpc.job.wheelhouse_locks import Pin, WheelhouseError, read_pins
 
 REPO = Path(__file__).resolve().parents[3]
 UV = str(Path(sys.executable).with_name("uv"))
 needs_art = pytest.mark.skipif(vllm_runtime.find_bundle() is None, reason="openpipe-art is not installed")
-
-
-def test_a_lock_and_a_freeze_read_as_pins_with_canonical_names() -> None:
-    text = "# comment\n-e file:///repo\nTyping_Extensions==4.16.0 ; python_version >= '3.12'\nart-vllm-runtime @ file:///x.whl\ntorch==2.11.0+cu130\n"
-    assert read_pins(text) == [Pin("typing-extensions", "4.16.0"), Pin("torch", "2.11.0+cu130")]
-
-
-def test_a_target_with_torch_keeps_its_torch_stack_and_what_it_has_at_the_locked_version() -> None:
-    lock = [Pin("torch", "2.11.0"), Pin("nvidia-cublas", "13.1.0.3"), Pin("triton", "3.6.0"), Pin("numpy", "2.3.5"),
-            Pin("transformers", "5.2.0"), Pin("safetensors", "0.8.0"), Pin("tilelang", "0.1.9"),
-            Pin("flashinfer-cubin", "0.6.13")]
-    have = installed("torch==2.11.0+cu130\nnumpy==2.5.2\ntransformers==5.17.0\nsafetensors==0.8.0\n")
-    assert needed(lock, have) == [Pin("numpy", "2.3.5"), Pin("transformers", "5.2.0"), Pin("tilelang", "0.1.9")]
-
-
-def test_a_target_without_torch_needs_the_whole_stack() -> None:
-    lock = [Pin("torch", "2.11.0"), Pin("nvidia-cublas", "13.1.0.3")]
-    assert needed(lock, {}) == lock
 
 
 def test_the_targets_versions_become_preferences_without_build_labels() -> None:
@@ -129,41 +109,6 @@ def test_a_lock_never_takes_a_source_only_placeholder(tmp_path: Path, pypi: None
     with pytest.raises(WheelhouseError, match=r"^resolving the probe set for aarch64 failed: Because "
                                               r"nvidia-resiliency-ext==0\.0\.0a0 has no usable wheels and you require"):
         lock(UV, wanted, "aarch64", {}, tmp_path / "probe.lock")
-
-
-def make_wheel(folder: Path, name: str, version: str) -> Path:
-    """A minimal pure-Python wheel: one module that knows its version."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}-{version}-py3-none-any.whl"
-    info = f"{name}-{version}.dist-info"
-    with zipfile.ZipFile(path, "w") as wheel:
-        wheel.writestr(f"{name}.py", f"VERSION = {version!r}\n")
-        wheel.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        wheel.writestr(f"{info}/RECORD", "")
-    return path
-
-
-def test_an_offline_install_adds_only_what_the_target_lacks_and_shadows_other_versions(tmp_path: Path) -> None:
-    house = tmp_path / "house"
-    make_wheel(house / "wheels", "hpcwhalpha", "1.0")
-    make_wheel(house / "wheels", "hpcwhbeta", "2.0")
-    (house / "backend.lock").write_text("hpcwhalpha==1.0\nhpcwhbeta==2.0\n")
-    venv = make_venv(tmp_path / "venv")
-    python = str(venv / "bin" / "python")
-    pinned = installed(subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze"],
-                                      capture_output=True, text=True).stdout)
-    assert "hpcwhalpha" not in pinned
-    assert install(house, "backend", python) == [Pin("hpcwhalpha", "1.0"), Pin("hpcwhbeta", "2.0")]
-    assert install(house, "backend", python) == []  # a second run installs nothing
-    result = subprocess.run([python, "-c", "import hpcwhalpha, jinja2; print(hpcwhalpha.VERSION)"], capture_output=True,
-                            text=True)
-    assert result.stdout.strip() == "1.0", result.stderr  # and the venv sees this Python's packages (jinja2)
-
-
-def test_a_wheel_the_lock_needs_but_the_house_lacks_is_named(tmp_path: Path) -> None:
-    with pytest.raises(WheelhouseError, match=r"lacks hpcwhgamma==3\.0: make it again with --have"):
-        wheels_for([Pin("hpcwhgamma", "3.0")], tmp_path)
 
 
 def test_setup_refuses_a_folder_that_is_no_wheelhouse_in_one_line(tmp_path: Path) -> None:

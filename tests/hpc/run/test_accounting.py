@@ -13,12 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpc.run import accounting, accounting_cli, accounting_text, ledger
+from hpc.run import accounting, accounting_text, ledger
 from hpc.run.accounting import RunFiles, account
 from hpc.run.accounting_records import Charging
 from hpc.run.health import HealthSettings
 from hpc.run.rundir import RunDir
-from hpc.slurm import calls
 from hpc.slurm.output import SacctRow
 
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=timezone.utc)
@@ -329,98 +328,3 @@ def test_segments_tile_the_job_run_exactly_and_goodput_stays_within_0_and_1(tmp_
     assert job.productive <= job.elapsed and (acc.goodput is None or 0 <= acc.goodput <= 1)
     assert acc.productive_gpu_hours + acc.lost_gpu_hours() + sum(
         j.kind_gpu_hours("in_flight") for j in acc.jobs) == pytest.approx(acc.gpu_hours)
-
-
-# -- text ---------------------------------------------------------------------------------------------------
-
-
-def test_the_status_line_says_goodput_charged_lost_per_step_and_to_finish(fake):
-    files, rows = requeued_run(fake)
-    line = accounting_text.summary_line(account("r", files, rows, GRES, now=t(638)))
-    assert line == ("r: goodput 0.68, 0.301 GPU-h charged, 0.085 lost (start-up 0.0678, validation 0.00556, "
-                    "abandoned 0.00833, idle 0.00333), queued 1m36s, 0.0671 GPU-h/step, ~0.402 GPU-h to finish")
-
-
-@pytest.mark.parametrize("value, text", [(None, "-"), (0, "0"), (0.041666, "0.0417"), (41.24, "41.2"),
-                                         (210.4, "210"), (12345.6, "12346")])
-def test_gpu_hours_read_as_people_read_them(value, text):
-    assert accounting_text.hours(value) == text
-
-
-def test_the_command_prints_the_breakdown_per_job_and_the_runs_figures(fake, monkeypatch, capsys):
-    files, rows = requeued_run(fake)
-    monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: [r for r in rows if r.job_id in ids])
-    assert accounting_cli.main([str(fake.path)]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("Run r: where the GPU-hours went (2 job run(s))\nJOB ")
-    assert "\n11 (run 2)  RUNNING " in out and "\n11          REQUEUED " in out
-    for figure in ("GPU-hours charged", "goodput", "restart gaps", "projected GPU-h to finish"):
-        assert f"\n{figure} " in out
-
-
-def test_the_command_refuses_a_directory_that_is_no_run_in_one_line(tmp_path, capsys):
-    assert accounting_cli.main([str(tmp_path / "nothing")]) == 2
-    err = capsys.readouterr().err
-    assert "is not a run directory" in err and len(err.splitlines()) == 1
-
-
-@pytest.mark.parametrize("sibling", [b"\xff\xfe\x00\x01" * 20 + b"\n", b"[" * 5000 + b"\n", b'{"a": ' * 3000 + b"\n",
-                                     b"[1, 2]\n", b'{"event": "job_start", "job_id": "11", "time": NaN}\n', b"\x00"])
-def test_a_corrupt_ledger_beside_the_run_never_breaks_its_accounting(fake, monkeypatch, capsys, sibling):
-    """A pack job's runs read each other's ledgers: a neighbour's bytes cost the neighbour only."""
-    files, rows = requeued_run(fake)
-    neighbour = fake.path.parent / "neighbour"
-    neighbour.mkdir()
-    (neighbour / "ledger.jsonl").write_bytes(sibling)
-    monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: [r for r in rows if r.job_id in ids])
-    assert accounting_cli.main([str(fake.path)]) == 0
-    out, err = capsys.readouterr()
-    assert out.startswith("Run r: where the GPU-hours went (2 job run(s))") and err == ""
-    assert "UNREADABLE" not in out, "the neighbour's records are the neighbour's to show"
-
-
-@pytest.mark.parametrize("line, named", [
-    (b"[1]", "ledger.jsonl line 3: not a JSON object (a list)"),
-    (b'{"event": "job_end", "job_id": "11", "step": "four"}', "ledger.jsonl line 3: step 'four' is not a whole number"),
-    (b"\xff", "ledger.jsonl line 3: not UTF-8 text"),
-])
-def test_the_commands_accounting_names_the_records_it_skipped(fake, monkeypatch, capsys, line, named):
-    files, rows = requeued_run(fake)
-    ledger = RunDir(fake.path).ledger
-    records = ledger.read_bytes().splitlines(keepends=True)
-    ledger.write_bytes(b"".join(records[:2]) + line + b"\n" + b"".join(records[2:]))
-    monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: [r for r in rows if r.job_id in ids])
-    assert accounting_cli.main([str(fake.path)]) == 0
-    out = capsys.readouterr().out
-    assert "\n11 (run 2)  RUNNING " in out, "the rest of the run is accounted"
-    assert out.rstrip().splitlines()[-1].startswith(f"UNREADABLE: 1 unreadable record(s) skipped: {named}")
-
-
-def test_a_job_that_started_but_sacct_has_not_recorded_is_named_not_quietly_left_out(fake):
-    """sacct lags behind: job 12 trained steps 4-5 but accounting has no row of it yet."""
-    fake.event(0, "submit", job_id="11", cluster="local").event(60, "job_start", job_id="11", step=0)
-    fake.step(1, "11", 120, 200).event(300, "job_end", job_id="11", outcome="stopped_for_time")
-    fake.event(320, "job_start", job_id="12", step=1).step(2, "12", 330, 400)
-    acc = account("r", fake.files(), [row("11", "COMPLETED", 1, 60, 301)], GRES, now=t(500))
-    assert acc.unrecorded == ("12",)
-    assert "NOTE: sacct has not yet recorded job(s) 12: their time is missing" in accounting_text.render_text(acc)
-    recorded = account("r", fake.files(), [row("11", "COMPLETED", 1, 60, 301), row("12", "RUNNING", 301, 320, None,
-                                                                                  now=500)], GRES, now=t(500))
-    assert recorded.unrecorded == () and "NOTE" not in accounting_text.render_text(recorded)
-
-
-@pytest.mark.parametrize("name", ["r\x1b[2J\x1b[31mred", "r\rfake", "r\x07bell", "r\x9bcsi", "r\u202eevil"])
-def test_a_run_folder_named_with_control_characters_is_printed_escaped(tmp_path, monkeypatch, capsys, name):
-    fake = FakeRun(tmp_path / name)
-    files, rows = requeued_run(fake)
-    monkeypatch.setattr(calls, "job_runs", lambda ids, *a, **kw: [r for r in rows if r.job_id in ids])
-    assert accounting_cli.main([str(fake.path)]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith(f"Run {name.encode('unicode_escape').decode()}: where the GPU-hours went")
-    assert all(ch.isprintable() for ch in out.replace("\n", "")), "no control character reaches the terminal"
-
-
-def test_a_folder_with_control_characters_that_is_no_run_is_named_escaped(tmp_path, capsys):
-    assert accounting_cli.main([str(tmp_path / "x\x1b]0;owned\x07")]) == 2
-    err = capsys.readouterr().err
-    assert "x\\x1b]0;owned\\x07 is not a run directory" in err and all(c.isprintable() for c in err.rstrip("\n"))
