@@ -35,8 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.doubles.openai_server import OpenAIServer, Reply, text, tool_call  # noqa: E402
-from trainer.training.config import load_config  # noqa: E402
+from trainer.proof.loopback_openai import OpenAIServer, Reply, text, tool_call
+from trainer.training.config import load_config
 
 FIXTURE = REPO / "tests" / "fixtures" / "art_e"
 TURNS = 2

@@ -45,8 +45,8 @@ if str(REPO) not in sys.path:
 HEAVY = ("art", "litellm", "datasets", "torch", "vllm", "ray")
 TARGET = 0.25  # seconds: the dry run's median
 
-from tests.doubles.openai_server import OpenAIServer, text  # noqa: E402 (the repository on sys.path first)
-from tests.doubles.provider_api import ProviderAPI  # noqa: E402
+from trainer.proof.loopback_openai import OpenAIServer, text
+from tests.doubles.provider_api import ProviderAPI
 
 # The launches measured against each other: without the preflight, and with it and each judge.
 LAUNCHES = {"no_preflight": "none", "compatible": "OpenAI-compatible judge (JUDGE_API_BASE)",

@@ -61,25 +61,16 @@ from typing import TYPE_CHECKING, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.gpu_proof import positive  # noqa: E402
-from bench.gpu_proof_kit import (  # noqa: E402
-    PYTHON,
-    REPO,
-    Process,
-    ProofFailed,
-    Work,
-    command,
-    last_lines,
-    node_gpus,
-    run_when_ready,
-    say,
-    string_match_verdict,
-    trained_steps,
-)
-from bench.learning_curve_results import plot, redraw, results, verdicts, write_json  # noqa: E402
-from hpc.digits import ascii_float, is_count  # noqa: E402
-from hpc.run.rundir import RunDir, read_jsonl  # noqa: E402
-from trainer.staging.synthetic_inbox import warmup_questions  # noqa: E402
+from trainer.proof.one_gpu import positive
+from trainer.proof.figures import trained_steps
+from trainer.proof.gpus import node_gpus
+from trainer.proof.processes import Process, command, last_lines, run_when_ready
+from trainer.proof.string_match_judge import string_match_verdict
+from trainer.proof.workspace import PYTHON, ProofFailed, REPO, Work, say
+from bench.learning_curve_results import plot, redraw, results, verdicts, write_json
+from hpc.digits import ascii_float, is_count
+from hpc.run.rundir import RunDir, read_jsonl
+from trainer.staging.synthetic_inbox import warmup_questions
 
 if TYPE_CHECKING:
     from trainer.staging.first_turns import FirstTurns
@@ -725,7 +716,7 @@ def before_runs(work: Work, warmup_steps: int, gpus: list[str]) -> None:
 
 
 def run_all(args: argparse.Namespace) -> int:
-    from tests.doubles.openai_server import OpenAIServer
+    from trainer.proof.loopback_openai import OpenAIServer
 
     began = time.time()
     deadline = began + args.minutes * 60 - ESTIMATE["collect"] - SIGNAL_WAIT

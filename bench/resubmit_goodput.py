@@ -40,11 +40,11 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from hpc.run import ledger  # noqa: E402
-from hpc.run.ledger import Chain, JobEnd, JobStart, Resubmit, Submit, Successor  # noqa: E402
-from hpc.run.rundir import RunDir  # noqa: E402
-from hpc.slurm import calls  # noqa: E402  (the one place that runs Slurm's commands)
-from tests.doubles.step_trainer import TrainedStep, read_steps  # noqa: E402
+from hpc.run import ledger
+from hpc.run.ledger import Chain, JobEnd, JobStart, Resubmit, Submit, Successor
+from hpc.run.rundir import RunDir
+from hpc.slurm import calls
+from tests.doubles.step_trainer import TrainedStep, read_steps
 
 MODES = ("requeue", "afterany", "chain")
 STEP_SECONDS = 2.0  # the double's default

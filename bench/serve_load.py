@@ -35,8 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.eval_throughput import model_server, stage  # noqa: E402
-from trainer.serving.vllm_server import free_port  # noqa: E402
+from bench.eval_throughput import model_server, stage
+from trainer.serving.vllm_server import free_port
 
 TURNS = 2
 OVERHEAD_P99_TARGET_MS = 20.0

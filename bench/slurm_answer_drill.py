@@ -46,13 +46,13 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from hpc.run import ledger  # noqa: E402
-from hpc.run.ledger import Cancelled, JobEnd, JobStart, LeaseHeld, SlurmUnknown, Successor  # noqa: E402
-from hpc.run.rundir import RunDir  # noqa: E402
-from hpc.slurm import calls  # noqa: E402  (the one place that runs Slurm's commands)
-from tests.doubles import slurm_wrappers  # noqa: E402
-from tests.doubles.slurm_wrappers import FAULT_DIR  # noqa: E402
-from tests.doubles.step_trainer import read_steps  # noqa: E402
+from hpc.run import ledger
+from hpc.run.ledger import Cancelled, JobEnd, JobStart, LeaseHeld, SlurmUnknown, Successor
+from hpc.run.rundir import RunDir
+from hpc.slurm import calls
+from tests.doubles import slurm_wrappers
+from tests.doubles.slurm_wrappers import FAULT_DIR
+from tests.doubles.step_trainer import read_steps
 
 STATUS = REPO / "scripts" / "status.sh"
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"}

@@ -46,9 +46,11 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.gpu_proof_kit import FIXTURE, ProofFailed, Work, command, last_lines  # noqa: E402
-from tests.doubles.art_backend import read_train_log  # noqa: E402
-from tests.doubles.openai_server import OpenAIServer, Reply, text, tool_call  # noqa: E402
+from trainer.proof.processes import command, last_lines
+
+from trainer.proof.workspace import CORPUS, ProofFailed, Work
+from tests.doubles.art_backend import read_train_log
+from trainer.proof.loopback_openai import OpenAIServer, Reply, text, tool_call
 
 TARGET = 0.95
 JUDGE = "judge"  # the model name the judge's requests carry (Work's JUDGE_MODEL openai/judge, through litellm)
@@ -142,7 +144,7 @@ def trainer_side(work: Work, bench: Bench, **env: str) -> Side:
 
 def loop_side(work: Work, bench: Bench, **env: str) -> Side:
     """bench/gpu_baseline_loop.py on the same config, with the same ART folder layout."""
-    output = command(work, "minimal-loop", ["bench/gpu_baseline_loop.py", "--model", str(work.model), "--data_dir",
+    output = command(work, "minimal-loop", ["-m", "trainer.proof.baseline_loop", "--model", str(work.model), "--data_dir",
                                             str(work.data), "--steps", str(bench.steps), "--art_path", str(work.art),
                                             *bench.overrides()], **env)
     seconds = [float(found) for found in re.findall(r"^baseline step \d+: \d+ rollouts in ([0-9.]+) s$", output, re.M)]
@@ -182,7 +184,7 @@ def staged(work: Work) -> Work:
     """``work`` with the fixture corpus staged in its data folder, as ``trainer.data prepare`` does."""
     from trainer.staging.data import prepare
 
-    prepare(work.data, str(FIXTURE / "emails.jsonl"), str(FIXTURE / "questions.jsonl"), show_progress=False)
+    prepare(work.data, str(CORPUS / "emails.jsonl"), str(CORPUS / "questions.jsonl"), show_progress=False)
     return work
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 
@@ -239,6 +240,20 @@ def run_slot_env(devices: str, vllm_port: str | None = None) -> dict[str, str]:
     if vllm_port is not None:
         env[HPC_VLLM_PORT] = vllm_port
     return env
+
+
+DOTENV_SETTINGS = tuple(v.name for v in VARIABLES if v.source.startswith("dotenv"))
+
+
+def workload_env(job: Job, settings: Mapping[str, str], *, offline: bool, devices: str = "") -> dict[str, str]:
+    """What a job gives its workload, in its script's order, for one run outside a job script (the
+    GPU proof): ``job_env``, the no-internet settings, the dotenv's ``settings`` (names of
+    DOTENV_SETTINGS only) and, with ``devices``, the run's GPUs as a pack gives them."""
+    unknown = sorted(set(settings) - set(DOTENV_SETTINGS))
+    if unknown:
+        raise ValueError(f"not a dotenv setting of the workload's variables: {', '.join(unknown)}")
+    return {**job_env(job), **(offline_env() if offline else {}), **settings,
+            **(run_slot_env(devices) if devices else {})}
 
 
 def table() -> str:

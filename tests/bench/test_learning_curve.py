@@ -17,10 +17,11 @@ from typing import Any, Callable
 import pytest
 
 from bench import learning_curve as bench
-from bench.gpu_proof_kit import Work, string_match_verdict
+from trainer.proof.string_match_judge import string_match_verdict
+from trainer.proof.workspace import Work
 from bench.learning_curve_results import heldout_points, plot, redraw, results, verdicts, wilson, write_json
 from hpc.run.rundir import RunDir
-from tests.doubles.openai_server import OpenAIServer, Reply, tool_call
+from trainer.proof.loopback_openai import OpenAIServer, Reply, tool_call
 from trainer.agent.scenarios import load_scenarios
 from trainer.staging.synthetic_inbox import search_plan
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import trainer_cost
-from bench.gpu_proof_kit import ProofFailed
+from trainer.proof.workspace import ProofFailed
 from bench.trainer_cost import Bench, Side, check_same_work, policy_and_judge
 from tests.doubles.art_backend import read_train_log
 

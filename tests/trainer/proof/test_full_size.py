@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from bench import gpu_proof
-from bench.gpu_proof_cards import Card, Emulation, launcher_decision, physical_decision
-from bench.gpu_proof_full import FIGURES_FILE, FullPlan, check_made_14b, plan_lines, run_full_size
-from bench.gpu_proof_kit import ProofFailed, Work
-from tests.doubles.openai_server import OpenAIServer, text
+from trainer.proof.cards import Card, Emulation, launcher_decision, physical_decision
+from trainer.proof.full_size import FIGURES_FILE, FullPlan, check_made_14b, plan_lines, run_full_size
+from trainer.proof.workspace import ProofFailed, Work
+from trainer.proof.loopback_openai import OpenAIServer, text
 
 H200_GIB = 143771 / 1024
 pytestmark = pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
@@ -47,7 +47,7 @@ def test_the_plan_names_agent_008s_settings_what_differs_and_the_predicted_sampl
     plan = FullPlan(model, "0", H200_GIB, launcher_decision(Card.of("vista")), Emulation(Card.of("vista"), H200_GIB),
                     deviations=("max_tokens=1024",))
     assert plan.overrides() == [f"base_model={model}", "reward=proof_only_text_hash",
-                                "backend=bench.gpu_proof_backend:FullLengthLocalBackend", "gpu_mode=shared",
+                                "backend=trainer.proof.full_length_backend:FullLengthLocalBackend", "gpu_mode=shared",
                                 "gpu_memory_utilization=0.5128", "max_tokens=1024"]
     lines = plan_lines(plan, 11, "NVIDIA H200")
     assert lines[0].startswith("agent_008 on vista's 96 GiB card: the launcher decides gpu_mode shared, fits")
@@ -62,7 +62,7 @@ def test_a_card_the_launcher_refuses_is_not_run_and_a_larger_card_is_not_emulate
     args.gpus = ["0"]
     fake_gpu.state["total_mib"] = 81559
     fake_gpu.save()
-    from bench.gpu_proof_full import full_plan
+    from trainer.proof.full_size import full_plan
 
     with pytest.raises(ProofFailed, match="vista's 96 GiB card cannot be emulated on this 79.6 GiB one"):
         full_plan(Work(tmp_path), args)
@@ -131,8 +131,8 @@ def test_the_full_size_stage_fails_when_vllm_serves_another_checkpoint_on_resume
 
 
 def test_an_emulated_card_holds_the_run_only_if_the_gpus_total_never_passed_its_size(fake_gpu, tmp_path: Path) -> None:
-    from bench.gpu_proof_full import check_card_held
-    from bench.gpu_proof_memory import ProcessMemory
+    from trainer.proof.full_size import check_card_held
+    from trainer.proof.memory import ProcessMemory
 
     plan = double_plan(tmp_path)
     memory = ProcessMemory(gpu="0", phase=lambda: "training")

@@ -1,13 +1,13 @@
-"""The baseline of bench/gpu_proof.py's last stage: a minimal RL loop that calls ART directly.
+"""The baseline of the GPU proof's baseline stage (trainer/proof/two_gpus.py): a minimal RL loop that calls ART directly.
 
-    .venv/bin/python bench/gpu_baseline_loop.py --model DIR --data_dir D --steps 3 --art_path P [key=value ...]
+    .venv/bin/python -m trainer.proof.baseline_loop --model DIR --data_dir D --steps 3 --art_path P [key=value ...]
 
 The same model, agent (trainer.agent.rollout), scenarios and batches (the smoke config's
 order and filter, ART's iterate_dataset), group size, rollouts in flight, judge (the same
 ``Judge`` with its verdict cache, in ``<art_path>/judge_cache``) and judge concurrency, and the
 same objective (the config's loss function, reward scaling and importance sampling, passed to
 ``backend.train`` as trainer.train passes them: ART's own default loss is cispo, the config's
-ppo) as the proof's trainer.train run: the smoke config with bench/gpu_proof_kit.py's
+ppo) as the proof's trainer.train run: the smoke config with trainer/proof/workspace.py's
 TRAIN_ARGS (3 groups of 4 a step, 4 epochs) and then the ``key=value`` overrides, which
 trainer.train would take alike. It prints the objective it trains with (``baseline objective``). What the trainer adds around them is left out: no run
 directory, preflight, boundary checks, progress or step records, no stop handling. It prints
@@ -32,12 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench.gpu_proof_kit import TRAIN_ARGS  # noqa: E402
-from trainer.training.config import TrainerConfig, load_config  # noqa: E402
+from trainer.proof.workspace import TRAIN_ARGS
+from trainer.training.config import TrainerConfig, load_config
 
 if TYPE_CHECKING:
     import art

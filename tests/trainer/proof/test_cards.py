@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.gpu_proof_cards import (
+from trainer.proof.cards import (
     Card,
     CardCheck,
     Emulation,
@@ -21,9 +21,9 @@ from bench.gpu_proof_cards import (
     physical_decision,
     start_vllm,
 )
-from bench.gpu_proof_full import training_half
-from bench.gpu_proof_kit import ProofFailed
-from bench.gpu_proof_memory import VllmMemory
+from trainer.proof.full_size import training_half
+from trainer.proof.workspace import ProofFailed
+from trainer.proof.memory import VllmMemory
 from trainer.serving.vllm_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,7 +84,7 @@ def test_a_check_holds_when_vllm_did_what_the_launcher_decided() -> None:
 
 
 def test_a_card_check_needs_a_free_gpu(fake_gpu) -> None:
-    from bench.gpu_proof_cards import check_free
+    from trainer.proof.cards import check_free
 
     fake_gpu.set(500)
     check_free("0")
@@ -99,7 +99,7 @@ def test_a_card_check_needs_a_free_gpu(fake_gpu) -> None:
     ("dedicated", {}, "not measured"),
 ])
 def test_the_training_half_is_the_main_runs_measured_peak_against_the_card(mode: str, memory: dict, words: str) -> None:
-    from bench.gpu_proof_cards import Decision
+    from trainer.proof.cards import Decision
 
     line = training_half(Decision(True, mode, ""), Emulation(Card.of("lonestar6"), H200_GIB), {"memory_gib": memory})
     assert words in line

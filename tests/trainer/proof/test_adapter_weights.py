@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.adapter_weights import FILE_NAME, read_tensors, same_weights
+from trainer.proof.adapter_weights import FILE_NAME, read_tensors, same_weights
 from tests.doubles.step_trainer import safetensors_of
 
 

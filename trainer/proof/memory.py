@@ -11,7 +11,7 @@ within 15% of the measured peak, and never below it).
   its CUDA graphs, its context), from which the memory one ``max_model_len`` sequence needs is
   measured like the estimate's ``vllm_need``: everything vLLM holds but the KV cache, plus one
   sequence's KV cache.
-- ``trainer_torch_peaks`` reads what bench/card_emulation/sitecustomize.py wrote: each training
+- ``trainer_torch_peaks`` reads what trainer/proof/card_emulation/sitecustomize.py wrote: each training
   process's own peak of torch's allocator (it misses the CUDA context, nvidia-smi does not).
 """
 
@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from bench.gpu_proof_kit import MemorySampler, Work, gpu_total_gib, nvidia_smi
+from trainer.proof.gpus import MemorySampler, gpu_total_gib, nvidia_smi
+from trainer.proof.workspace import Work
 
 if TYPE_CHECKING:
     from hpc.launcher.gpu_memory import ModelShape
@@ -203,7 +204,7 @@ def vllm_memory(log: str) -> VllmMemory:
                       not_free=" ".join(not_free.group(1).split()) if not_free else None)
 
 
-# -- training processes' own peaks (bench/card_emulation/sitecustomize.py) --------------------------------
+# -- training processes' own peaks (trainer/proof/card_emulation/sitecustomize.py) --------------------------------
 
 
 def trainer_torch_peaks(folder: Path) -> dict[str, float]:

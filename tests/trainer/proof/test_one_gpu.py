@@ -16,23 +16,12 @@ from pathlib import Path
 import pytest
 
 from bench import gpu_proof
-from bench.gpu_proof_kit import (
-    CountingForwarder,
-    Process,
-    ProofFailed,
-    RecordMark,
-    ServedWatch,
-    Work,
-    check_consecutive,
-    check_served,
-    check_trained,
-    parse_gpu_memory,
-    run_together,
-    run_when_ready,
-    seconds_to_register,
-    served_at,
-)
-from bench.gpu_proof_two_gpus import (
+from trainer.proof.counting_forwarder import CountingForwarder
+from trainer.proof.figures import ServedWatch, check_consecutive, check_served, check_trained, seconds_to_register, served_at
+from trainer.proof.gpus import parse_gpu_memory
+from trainer.proof.processes import Process, run_together, run_when_ready
+from trainer.proof.workspace import ProofFailed, RecordMark, Work
+from trainer.proof.two_gpus import (
     PackSlot,
     ServedJudge,
     check_judge_counts,
@@ -42,7 +31,7 @@ from bench.gpu_proof_two_gpus import (
 )
 from hpc.run.checkpoints import step_dir
 from tests.doubles.fake_vllm import write_executable
-from tests.doubles.openai_server import OpenAIServer, failure, text
+from trainer.proof.loopback_openai import OpenAIServer, failure, text
 from tests.doubles.step_trainer import safetensors_of
 from trainer.serving.vllm_server import free_port
 

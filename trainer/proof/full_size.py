@@ -1,4 +1,4 @@
-"""The GPU proof at agent_008's real size (bench/gpu_proof.py runs these stages):
+"""The GPU proof at agent_008's real size (python -m trainer.proof runs these stages):
 
   model14b      make-model --size qwen2.5-14b: Qwen2.5-14B-Instruct's architecture, random weights
                 (29.5 GB, written with torch on the GPU), the project's tokenizer
@@ -7,13 +7,13 @@
                 (SIGUSR1), a resume from the checkpoint with vLLM asked which adapters it serves, no
                 step repeated; the figures the launcher plans with, measured
   cards         the launcher's decision for agent_008 on other clusters' cards, emulated on this one,
-                against what ART's vLLM does there (bench/gpu_proof_cards.py)
+                against what ART's vLLM does there (trainer/proof/cards.py)
 
 What differs from a real agent_008 run, each said in the stage's output:
 - the model is random: it never calls a tool, every rollout ends after one turn of ``max_tokens``
   sampled tokens, and ART-E's reward would be the same for all; the rollouts are scored with the
   proof-only ``reward=proof_only_text_hash`` (trainer/agent/proof_reward.py), so the LoRA changes;
-- the training rows are ``max_seq_length`` long (bench/gpu_proof_backend.py), so the training peak
+- the training rows are ``max_seq_length`` long (trainer/proof/full_length_backend.py), so the training peak
   is the one the launcher's plan must hold, not that of the random model's short rows;
 - the fixture has fewer training questions than agent_008's 12 groups a step (the step has one
   group per question);
@@ -38,7 +38,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.gpu_proof_cards import (
+from hpc.run.checkpoints import list_checkpoints
+from trainer.proof.cards import (
     CONFIG,
     Card,
     Decision,
@@ -48,33 +49,24 @@ from bench.gpu_proof_cards import (
     peaks_env,
     physical_decision,
 )
-from bench.gpu_proof_kit import (
-    ProofFailed,
-    RecordMark,
+from trainer.proof.figures import (
     ServedWatch,
-    Work,
-    after_steps,
     check_consecutive,
     check_served,
     check_trained,
-    command,
     folder_mib,
-    gpu_total_gib,
-    last_lines,
-    nvidia_smi,
     rollouts_per_second,
-    run_together,
-    say,
     seconds_to_register,
     trained_steps,
-    trainer_process,
 )
-from bench.gpu_proof_memory import LogPhase, ProcessMemory, TargetCheck, made_shape, trainer_torch_peaks, vllm_memory
-from hpc.run.checkpoints import list_checkpoints
+from trainer.proof.gpus import gpu_total_gib, nvidia_smi
+from trainer.proof.memory import LogPhase, ProcessMemory, TargetCheck, made_shape, trainer_torch_peaks, vllm_memory
+from trainer.proof.processes import after_steps, command, last_lines, run_together, trainer_process
+from trainer.proof.workspace import ProofFailed, RecordMark, Work, say
 
 FULL_RUN = "agent008-14b"
 SIZE = "qwen2.5-14b"
-FULL_BACKEND = "bench.gpu_proof_backend:FullLengthLocalBackend"
+FULL_BACKEND = "trainer.proof.full_length_backend:FullLengthLocalBackend"
 FIGURES_FILE = "agent008-14b.json"
 FULL_TIMEOUT = 3600  # seconds a trainer process of this stage may take
 # predicted sampling: every token reads the bf16 weights once; this much slower than the memory's
@@ -357,7 +349,7 @@ def bundled_lines(run: Work, plan: FullPlan, figures: Figures) -> list[str]:
     return [f"bundled at step {made.step} into {plan.bundle_to}: {figures.bundle['mib']} MiB in {len(sizes)} part(s) "
             f"of at most {plan.part_mib} MiB, {figures.bundle['seconds']} s; optimizer state on disk: "
             f"{figures.bundle['optimizer_mib']} MiB (ART's Unsloth keeps AdamW's moments in memory)",
-            f"segment 2: bench/gpu_proof.py --only agent008-14b --from_bundle {plan.bundle_to} (docs/training.md)"]
+            f"segment 2: python -m trainer.proof --only agent008-14b --from_bundle {plan.bundle_to} (docs/training.md)"]
 
 
 def arrived_lines(run: Work, plan: FullPlan, figures: Figures) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.gpu_proof_memory import (
+from trainer.proof.memory import (
     LogPhase,
     ProcessMemory,
     TargetCheck,
@@ -148,7 +148,7 @@ class FakeCuda:
 def load_sitecustomize(monkeypatch: pytest.MonkeyPatch, **env: str):
     import importlib.util
 
-    from bench.gpu_proof_cards import EMULATION_PATH
+    from trainer.proof.cards import EMULATION_PATH
 
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -204,7 +204,7 @@ def test_a_training_process_started_with_the_emulations_environment_runs_the_sit
     import subprocess
     import sys
 
-    from bench.gpu_proof_cards import Card, Emulation
+    from trainer.proof.cards import Card, Emulation
 
     env = {**os.environ, **Emulation(Card.of("lonestar6"), 80.0).env(tmp_path)}
     probe = "import sys; print(type(sys.meta_path[0]).__name__, sys.modules['sitecustomize'].FRACTION)"
