@@ -9,7 +9,7 @@ when a script is rendered are made here:
   rendered by sbatch/base.sbatch.j2; the launcher interpolates the dotenv files' ``${HPC_*}`` with
   the same values (``launch_names``, hpc/launcher/jobspec.py), the queue preflight runs the
   trainer's checks on the login node with them (hpc/launcher/queue_preflight.py), and the GPU proof
-  gives them to the commands it runs as a job would (bench/gpu_proof_kit.py);
+  gives them to the commands it runs as a job would (trainer/proof/workspace.py);
 - ``offline_env``: what a job on a node without internet exports (sbatch/_offline_network.sh.j2);
 - ``run_slot_env``: what a pack job gives each of its runs, its GPUs and vLLM port
   (sbatch/_pack_control.sh.j2 renders it with the shell's values; the GPU proof gives its runs

@@ -11,6 +11,7 @@ import time
 
 from hpc.run.checkpoints import list_checkpoints
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME
+from trainer.proof.corpus import CORPUS
 from trainer.proof.figures import (
     ServedWatch,
     check_consecutive,
@@ -25,7 +26,7 @@ from trainer.proof.figures import (
 from trainer.proof.gpus import MemorySampler
 from trainer.proof.memory import memory_estimate
 from trainer.proof.processes import after_steps, command, last_lines, trainer, wait_for
-from trainer.proof.workspace import CORPUS, PYTHON, REPO, ProofFailed, RecordMark, Work
+from trainer.proof.workspace import PYTHON, REPO, ProofFailed, RecordMark, Work
 
 BOUNDARY_MAX_SECONDS = 60  # a job stopped before its backend starts ends in seconds; a start-up takes minutes
 

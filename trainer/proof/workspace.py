@@ -17,7 +17,6 @@ from hpc.run.checkpoints import model_dir as art_model_dir
 from hpc.run.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
-CORPUS = Path(__file__).resolve().parent / "corpus"  # the fixture corpus the proof trains on (the tests' too)
 RUN_NAME = "proof"
 PYTHON = sys.executable
 # the RL run: small turns and groups, so a step takes seconds on one GPU

@@ -147,13 +147,19 @@ class VLLMServer:
 
     def wait_ready(self) -> None:
         """Until /health answers and /v1/models lists every served name (model loading takes minutes)."""
-        wanted = {self.spec.served_name, *self.spec.adapters}
-        if poll_until(lambda: not self.running() or wanted <= served_models(self.base_url), self.ready_timeout):
+        if poll_until(lambda: not self.running() or self.ready(), self.ready_timeout):
             if not self.running():
                 raise ServerExited(f"vLLM exited with {self.returncode} before it was ready; see {self.log_path}")
             return
         self.stop()
         raise ServerError(f"vLLM did not answer within {self.ready_timeout:.0f}s; see {self.log_path}")
+
+    def ready(self) -> bool:
+        """It serves every name of the spec; a command of its own (``argv``) once /health answers, as ART
+        waits for its runtime (the names it serves are the command's)."""
+        if self._argv is not None:
+            return healthy(self.base_url)
+        return {self.spec.served_name, *self.spec.adapters} <= served_models(self.base_url)
 
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
@@ -181,12 +187,20 @@ class VLLMServer:
         self.stop()
 
 
-def served_models(base_url: str) -> set[str]:
-    """The model names the server lists, or an empty set while it is not answering."""
+def healthy(base_url: str) -> bool:
+    """Whether the server's /health answers 200."""
     try:
         with urllib.request.urlopen(f"{base_url.removesuffix('/v1')}/health", timeout=5) as health:
-            if health.status != 200:
-                return set()
+            return health.status == 200
+    except OSError:
+        return False
+
+
+def served_models(base_url: str) -> set[str]:
+    """The model names the server lists, or an empty set while it is not answering."""
+    if not healthy(base_url):
+        return set()
+    try:
         with urllib.request.urlopen(f"{base_url}/models", timeout=5) as listing:
             return {m["id"] for m in json.loads(listing.read())["data"]}
     except (OSError, ValueError, KeyError):

@@ -5,12 +5,12 @@ import re
 import shlex
 from pathlib import Path
 
-from bench.gpu_proof_kit import Work
 from hpc.job import workload_env
 from hpc.launcher import jobspec, launch, queue_preflight, single_run
 from hpc.launcher.clusters import load_registry
 from hpc.run.checkpoints import model_dir
 from tests.hpc.launcher import golden_scripts
+from trainer.proof.workspace import Work
 
 REPO = Path(__file__).resolve().parents[3]
 NAMES = {variable.name for variable in workload_env.VARIABLES}

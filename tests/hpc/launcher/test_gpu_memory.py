@@ -97,7 +97,7 @@ def plan_gpus_refusal(config) -> str:
 
 
 def test_the_training_estimate_holds_what_agent_008s_14b_training_held_on_a_gpu() -> None:
-    """Seen on a lent H200 (2026-11-27, bench/gpu_proof.py --only agent008-14b on vista's emulated card):
+    """Seen on a lent H200 (2026-11-27, python -m trainer.proof --only agent008-14b on vista's emulated card):
     the training process held 48.6 GiB (nvidia-smi) while it trained rows of 32768 tokens of a
     Qwen2.5-14B-shaped model; the estimate then said 10.8 GiB. It may not be below what was measured,
     and is within 15% of it."""

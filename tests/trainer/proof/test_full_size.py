@@ -1,4 +1,4 @@
-"""The GPU proof at agent_008's size (bench/gpu_proof_full.py), driven on CPU: the made model's check,
+"""The GPU proof at agent_008's size (trainer/proof/full_size.py), driven on CPU: the made model's check,
 the plan and its predicted time, and the whole stage (train, stop, resume with vLLM asked what it
 serves, the figures) with the backend double in place of ART's LocalBackend and a tiny made model."""
 
@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from bench import gpu_proof
+from trainer.proof import cli
 from trainer.proof.cards import Card, Emulation, launcher_decision, physical_decision
 from trainer.proof.full_size import FIGURES_FILE, FullPlan, check_made_14b, plan_lines, run_full_size
-from trainer.proof.workspace import ProofFailed, Work
 from trainer.proof.loopback_openai import OpenAIServer, text
+from trainer.proof.string_match_judge import string_match_verdict
+from trainer.proof.workspace import ProofFailed, Work
 
 H200_GIB = 143771 / 1024
 pytestmark = pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
@@ -58,7 +59,7 @@ def test_the_plan_names_agent_008s_settings_what_differs_and_the_predicted_sampl
 
 
 def test_a_card_the_launcher_refuses_is_not_run_and_a_larger_card_is_not_emulated(tmp_path: Path, fake_gpu) -> None:
-    args = gpu_proof.parse_args(["--only", "agent008-14b", "--model14b", str(tmp_path), "--card", "vista"])
+    args = cli.parse_args(["--only", "agent008-14b", "--model14b", str(tmp_path), "--card", "vista"])
     args.gpus = ["0"]
     fake_gpu.state["total_mib"] = 81559
     fake_gpu.save()
@@ -90,7 +91,7 @@ def full_size(tmp_path: Path, art_e_data_dir: Path, fake_gpu, monkeypatch: pytes
     assert data_main(["make-model", str(model), "--size", "tiny", "--data_dir", str(art_e_data_dir)]) == 0
     fake_gpu.set(1000)
     monkeypatch.setenv("ART_FAKE_TRAIN_SECONDS", "0.5")
-    with OpenAIServer(gpu_proof.string_match_verdict) as judge, \
+    with OpenAIServer(string_match_verdict) as judge, \
             OpenAIServer(policy(), served=("base", "email-agent-008@2")) as inference:
         monkeypatch.setenv("ART_FAKE_INFERENCE_URL", inference.base_url)
         yield Work(work_root, judge.base_url, devices="0"), model

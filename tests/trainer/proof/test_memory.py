@@ -1,4 +1,4 @@
-"""The GPU proof's memory readings (bench/gpu_proof_memory.py): nvidia-smi's processes by kind and
+"""The GPU proof's memory readings (trainer/proof/memory.py): nvidia-smi's processes by kind and
 phase, vLLM's own log lines, the training processes' torch peaks, and the estimate's target."""
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def test_the_training_processes_torch_peaks_are_the_largest_each_reported(tmp_pa
     assert trainer_torch_peaks(tmp_path / "none") == {}
 
 
-# -- bench/card_emulation/sitecustomize.py -------------------------------------------------------------------
+# -- trainer/proof/card_emulation/sitecustomize.py -------------------------------------------------------------------
 
 
 class FakeCuda:
