@@ -43,9 +43,10 @@ from pathlib import Path
 from typing import Callable
 
 from tests.doubles.art_backend import read_train_log
+from trainer.proof.corpus import CORPUS
 from trainer.proof.loopback_openai import OpenAIServer, Reply, text, tool_call
 from trainer.proof.processes import command, last_lines
-from trainer.proof.workspace import CORPUS, ProofFailed, Work
+from trainer.proof.workspace import ProofFailed, Work
 
 REPO = Path(__file__).resolve().parent.parent
 

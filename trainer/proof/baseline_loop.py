@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from trainer.proof.workspace import TRAIN_ARGS
 from trainer.training.config import TrainerConfig, load_config
@@ -66,11 +66,12 @@ def start(config: TrainerConfig, art_path: Path) -> tuple[Any, "art.TrainableMod
 
     from trainer.training.config import FAST_START_ENGINE_ARGS, VLLM_SHARE
 
-    model = art.TrainableModel(
+    engine_args = cast("art.dev.EngineArgs", FAST_START_ENGINE_ARGS)
+    model: art.TrainableModel = art.TrainableModel(
         name="baseline", project="baseline", run_name="baseline", base_model=config.base_model,
         _internal_config=art.dev.InternalModelConfig(
             init_args=art.dev.InitArgs(max_seq_length=config.max_seq_length),
-            engine_args=art.dev.EngineArgs(gpu_memory_utilization=VLLM_SHARE["shared"], **FAST_START_ENGINE_ARGS)))
+            engine_args=art.dev.EngineArgs(gpu_memory_utilization=VLLM_SHARE["shared"], **engine_args)))
     return LocalBackend(path=str(art_path)), model
 
 
@@ -105,8 +106,8 @@ async def loop(backend: Any, model: "art.TrainableModel", config: TrainerConfig,
             for step, batch in zip(range(steps), batches):
                 began = time.monotonic()
                 groups = await art.gather_trajectory_groups(
-                    art.TrajectoryGroup([rollout(model, s, db=db, judge=judge, config=agent)
-                                         for _ in range(config.trajectories_per_group)])
+                    art.TrajectoryGroup([rollout(model, s, db=db, judge=judge, config=agent)  # type: ignore[misc]
+                                         for _ in range(config.trajectories_per_group)])  # (awaitables: awaited)
                     for s in batch.items)
                 gathered.append(Gathered(sum(len(group.trajectories) for group in groups), time.monotonic() - began))
                 await backend.train(model, groups, **objective.train_kwargs())

@@ -31,7 +31,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence, cast
 
 from trainer.proof.gpus import MemorySampler
 from trainer.proof.memory import VllmMemory, vllm_memory
@@ -125,7 +125,7 @@ class Decision:
         return [f"{key}={value}" for key, value in _TRAIN_ARG.findall(self.ways[0])]
 
 
-def launcher_decision(card: Card, overrides: list[str] = ()) -> Decision:
+def launcher_decision(card: Card, overrides: Sequence[str] = ()) -> Decision:
     """``plan_gpus`` on the card's cluster for agent_008: the launcher's decision, word for word."""
     from hpc.errors import UsageError
     from hpc.launcher.clusters import load_registry
@@ -144,7 +144,7 @@ def launcher_decision(card: Card, overrides: list[str] = ()) -> Decision:
     return Decision(True, plan.gpu_mode or mode, plan.fit or "")
 
 
-def physical_decision(gib: float, gpus: int, overrides: list[str] = ()) -> Decision:
+def physical_decision(gib: float, gpus: int, overrides: Sequence[str] = ()) -> Decision:
     """The launcher's estimate for agent_008 on this card itself, shared mode (no cluster record)."""
     from hpc.launcher.gpu_memory import Plan, check_fit
     from hpc.launcher.trainer_config import load_config, vllm_share
@@ -184,13 +184,14 @@ def art_vllm_command(config: Any, gpu_mode: str, port: int, output_dir: Path, gp
     from art.vllm_runtime import VllmRuntimeLaunchConfig, _vllm_runtime_subprocess_env, build_vllm_runtime_server_cmd
 
     from hpc.job.vllm_runtime import art_runtime_env
+    from trainer.training.backend import gpu_placement
     from trainer.training.config import vllm_engine_args
 
     os.environ.update(art_runtime_env(os.environ))  # as trainer.train's configure_environment does
-    placement = {"trainer_gpu_ids": [0], "inference_gpu_ids": [1]} if gpu_mode == "dedicated" else {}
+    engine_args = cast("art.dev.EngineArgs", vllm_engine_args(config, gpu_mode))
     internal = art.dev.InternalModelConfig(init_args=art.dev.InitArgs(max_seq_length=config.max_seq_length),
-                                           engine_args=art.dev.EngineArgs(**vllm_engine_args(config, gpu_mode)),
-                                           **placement)
+                                           engine_args=art.dev.EngineArgs(**engine_args),
+                                           **gpu_placement(gpu_mode, {}))  # the card's GPUs 0 and 1
     engine = dict(get_model_config(config.base_model, str(output_dir), internal)["engine_args"])
     engine.setdefault("generation_config", "vllm")
     engine.update(enable_lora=True, max_loras=engine.get("max_loras", 2))
@@ -271,7 +272,7 @@ def check_card(work: Work, emulation: Emulation, model: Path, gpu: str, lora: Pa
     decision = launcher_decision(emulation.card)
     said(f"{emulation.card.cluster} ({emulation.card.gib:.0f} GiB, gpu_mode {decision.gpu_mode}): the launcher "
          f"{'fits it' if decision.fits else 'refuses it'}: {decision.line}")
-    plans = [(f"{emulation.card.cluster} as planned ({decision.gpu_mode})", [], decision.fits)]
+    plans: list[tuple[str, list[str], bool]] = [(f"{emulation.card.cluster} as planned ({decision.gpu_mode})", [], decision.fits)]
     if not decision.fits and decision.ways:
         plans.append((f"{emulation.card.cluster} with the launcher's way ({' '.join(decision.first_way_overrides())})",
                       decision.first_way_overrides(), True))

@@ -62,7 +62,8 @@ from pathlib import Path
 from hpc.digits import is_count
 from trainer.proof import background
 from trainer.proof.cards import cluster_names
-from trainer.proof.full_size import stage_agent008_14b, stage_cards, stage_model14b
+from trainer.proof.full_size import stage_agent008_14b, stage_cards
+from trainer.proof.full_size_plan import stage_model14b
 from trainer.proof.gpus import gpu_list, node_gpus
 from trainer.proof.loopback_openai import OpenAIServer
 from trainer.proof.one_gpu import ONE_GPU_STAGES, stage_data

@@ -22,7 +22,7 @@ from art.local import LocalBackend
 class FullLengthLocalBackend(LocalBackend):
     """LocalBackend whose training rows are always ``max_seq_length`` tokens long."""
 
-    async def train(self, model: Any, trajectory_groups: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def train(self, model: Any, trajectory_groups: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("packed_sequence_length", full_length(model))
         return await super().train(model, trajectory_groups, **kwargs)
 

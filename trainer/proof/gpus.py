@@ -8,6 +8,7 @@ import argparse
 import subprocess
 import threading
 from dataclasses import dataclass, field
+from typing import Self
 
 from hpc.digits import is_count
 
@@ -49,7 +50,7 @@ class MemorySampler:
     peaks_mib: dict[str, int] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
 
-    def __enter__(self) -> "MemorySampler":
+    def __enter__(self) -> Self:
         threading.Thread(target=self._run, daemon=True).start()
         return self
 

@@ -39,7 +39,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Union
+from typing import Any, Callable, Union, cast
 
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 
@@ -171,7 +171,7 @@ class DoubleServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
+        host, port = str(self.server_address[0]), self.server_address[1]
         return f"http://{host}:{port}"
 
     def start_in_thread(self, name: str) -> None:
@@ -260,7 +260,7 @@ def _handler_for(state: _State) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # http.server's naming
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
-            if self.server.closing.is_set():  # the test is over: the script is not called again
+            if cast(DoubleServer, self.server).closing.is_set():  # the test is over: the script is not called again
                 self.close_connection = True
                 return self._send(503, {"error": {"message": "server closed", "type": "closed"}})
             if not self._authorized():
@@ -271,16 +271,11 @@ def _handler_for(state: _State) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(raw or b"{}")
             except json.JSONDecodeError:
                 return self._send(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
-            with state.lock:
-                headers = {name.lower(): value for name, value in self.headers.items()}
-                state.requests.append(RecordedRequest(self.path, headers, body))
-                state.in_flight += 1
-                state.max_in_flight = max(state.max_in_flight, state.in_flight)
-                reply = _next_reply(state, body)
-                completion_id = next(state.ids)
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            reply, completion_id = _take_reply(state, self.path, headers, body)
             try:
                 if reply.delay:
-                    self.server.closing.wait(reply.delay)  # cut short when the server closes
+                    cast(DoubleServer, self.server).closing.wait(reply.delay)  # cut short when the server closes
                 if reply.status != 200:
                     error = {"error": {"message": reply.error, "type": "scripted", "code": reply.status}}
                     return self._send(reply.status, error)
@@ -300,6 +295,15 @@ def _handler_for(state: _State) -> type[BaseHTTPRequestHandler]:
             send_json(self, status, payload)
 
     return Handler
+
+
+def _take_reply(state: _State, path: str, headers: dict[str, str], body: dict) -> tuple[Reply, int]:
+    """Record the request, count it in flight, and take its scripted reply and completion id."""
+    with state.lock:
+        state.requests.append(RecordedRequest(path, headers, body))
+        state.in_flight += 1
+        state.max_in_flight = max(state.max_in_flight, state.in_flight)
+        return _next_reply(state, body), next(state.ids)
 
 
 def send_json(handler: BaseHTTPRequestHandler, status: int, payload: dict) -> None:

@@ -148,12 +148,13 @@ class ServedJudge:
         script.write_text(judge_job_script(self.judge_dir, self.work.model, self.port))
         (self.judge_dir / "workload.env").unlink(missing_ok=True)
         with self.work.log("judge-job").open("w") as out:
-            self._process = subprocess.Popen(["bash", str(script)], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                             env=self.work.env(CUDA_VISIBLE_DEVICES=self.job_gpus))
+            process = subprocess.Popen(["bash", str(script)], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                       env=self.work.env(CUDA_VISIBLE_DEVICES=self.job_gpus))
+        self._process = process
         ready = self.judge_dir / "workload.env"
-        wait_for(lambda: ready.is_file() or self._process.poll() is not None, JUDGE_START_TIMEOUT + 60)
+        wait_for(lambda: ready.is_file() or process.poll() is not None, JUDGE_START_TIMEOUT + 60)
         if not ready.is_file():
-            raise ProofFailed(f"the judge block exited {self._process.returncode}: "
+            raise ProofFailed(f"the judge block exited {process.returncode}: "
                               f"{last_lines(self.work.log('judge-job').read_text())}")
         return read_env_file(ready)
 

@@ -107,10 +107,10 @@ def test_memory_is_sampled_per_kind_of_process_and_phase(fake_gpu, tmp_path: Pat
     memory.sample()
     fake_gpu.set(25000, [])
     memory.sample()
-    assert memory.peak_gib("vllm", "rollouts") == pytest.approx(74000 / 1024)
-    assert memory.peak_gib("vllm", "training") == pytest.approx(2000 / 1024)
-    assert memory.peak_gib("training", "training") == pytest.approx(20500 / 1024), "the kind's processes summed"
-    assert memory.peak_gib("training") == pytest.approx(20500 / 1024) and memory.peak_gib("other") is None
+    assert memory.kind_peak_gib("vllm", "rollouts") == pytest.approx(74000 / 1024)
+    assert memory.kind_peak_gib("vllm", "training") == pytest.approx(2000 / 1024)
+    assert memory.kind_peak_gib("training", "training") == pytest.approx(20500 / 1024), "the kind's processes summed"
+    assert memory.kind_peak_gib("training") == pytest.approx(20500 / 1024) and memory.kind_peak_gib("other") is None
     assert memory.total_gib("training") == pytest.approx(30000 / 1024) and memory.total_gib() == pytest.approx(80000 / 1024)
     assert memory.processes_seen == 3
     assert memory.beside_training_peak_gib("vllm") == pytest.approx(2000 / 1024), "vLLM asleep when training peaked"
