@@ -22,8 +22,8 @@ as OpenAI's API and ``vllm serve --api-key`` answer (preflight's bad-key test).
 Leaving the ``with`` block ends everything the server started: its kept-alive connections
 are shut down, a reply held by ``Reply.delay`` is cut short, and the script is never called
 again, so nothing of a test (a stop request the script makes, a trainer's client still
-sending) outlives it: a handler thread on a kept-alive connection used to serve a late
-request at interpreter exit, printing after pytest's summary.
+sending) outlives it: no handler thread on a kept-alive connection serves a late request at
+interpreter exit.
 
     with OpenAIServer([tool_call("search_emails", {"keywords": ["x"]}), text("done")]) as server:
         client = AsyncOpenAI(base_url=server.base_url, api_key="test")

@@ -11,13 +11,6 @@ from tests.trainer.proof.proof_records import made_elsewhere
 from trainer.proof import cli
 from trainer.proof.workspace import Work
 
-# litellm noise in the forwarder's test (as tests/trainer/training/test_train.py)
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Pydantic serializer warnings:UserWarning", "ignore:There is no current event loop:DeprecationWarning")
-
-
-# -- readings --------------------------------------------------------------------------------------------
-
 
 @pytest.mark.parametrize("text", ["0,0", "a", "", "1,x"])
 def test_a_bad_gpu_list_is_refused_naming_it(text: str, capsys) -> None:

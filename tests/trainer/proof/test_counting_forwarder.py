@@ -7,12 +7,9 @@ import pytest
 from trainer.proof.counting_forwarder import CountingForwarder
 from trainer.proof.loopback_openai import OpenAIServer, failure, text
 
-# litellm noise in the forwarder's test (as tests/trainer/training/test_train.py)
+# litellm noise (as tests/trainer/training/test_train.py)
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Pydantic serializer warnings:UserWarning", "ignore:There is no current event loop:DeprecationWarning")
-
-
-# -- readings --------------------------------------------------------------------------------------------
 
 
 def test_the_forwarder_passes_every_request_on_unchanged_and_counts_each_status() -> None:

@@ -20,13 +20,6 @@ from trainer.proof.figures import (
 from trainer.proof.loopback_openai import OpenAIServer, text
 from trainer.proof.workspace import ProofFailed, RecordMark, Work
 
-# litellm noise in the forwarder's test (as tests/trainer/training/test_train.py)
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Pydantic serializer warnings:UserWarning", "ignore:There is no current event loop:DeprecationWarning")
-
-
-# -- readings --------------------------------------------------------------------------------------------
-
 
 def test_register_seconds_run_from_the_config_line_to_registered() -> None:
     log = ("2026-11-26T06:30:00 [trainer] config smoke: run ...\nnoise\n"

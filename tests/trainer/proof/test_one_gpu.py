@@ -16,14 +16,6 @@ FOUR = [{"correct": True}, {"correct": False}, {"correct": True}, {"correct": Fa
 BOUNDARY_LINE = ("2026-11-26T10:00:04 [trainer] the backend's start (predicted 239.5s) and step 9 (predicted 22.2s) "
                  "would not end before the job's stop signal may come: 26.9s left: not starting the backend; stopping")
 
-# litellm noise in the forwarder's test (as tests/trainer/training/test_train.py)
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Pydantic serializer warnings:UserWarning", "ignore:There is no current event loop:DeprecationWarning")
-
-
-# -- readings --------------------------------------------------------------------------------------------
-
-
 def write_evaluation(work: Work, records: list[dict], **summary: object) -> None:
     folder = work.run.evaluations_dir / "test-4" / "proof_4"
     folder.mkdir(parents=True)

@@ -18,14 +18,6 @@ WRITES_STARTED = ("import pathlib, sys, time\n"
                   "time.sleep(0.5)\n"
                   "pathlib.Path(sys.argv[1]).write_text(str(time.time()))\n")
 
-# litellm noise in the forwarder's test (as tests/trainer/training/test_train.py)
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Pydantic serializer warnings:UserWarning", "ignore:There is no current event loop:DeprecationWarning")
-
-
-# -- readings --------------------------------------------------------------------------------------------
-
-
 def test_each_process_gets_sigusr1_once_its_own_condition_holds(tmp_path: Path) -> None:
     script = tmp_path / "stoppable.py"
     script.write_text(STOPPABLE)

@@ -22,13 +22,6 @@ from trainer.proof.two_gpus import (
 from trainer.proof.workspace import ProofFailed, Work
 from trainer.serving.vllm_server import free_port
 
-# litellm noise in the forwarder's test (as tests/trainer/training/test_train.py)
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Pydantic serializer warnings:UserWarning", "ignore:There is no current event loop:DeprecationWarning")
-
-
-# -- readings --------------------------------------------------------------------------------------------
-
 
 def test_the_pack_gives_each_run_its_own_gpu_and_vllm_port(tmp_path: Path) -> None:
     work = Work(tmp_path)

@@ -9,13 +9,6 @@ import pytest
 from tests.trainer.proof.proof_records import append_step
 from trainer.proof.workspace import ProofFailed, RecordMark, Work
 
-# litellm noise in the forwarder's test (as tests/trainer/training/test_train.py)
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Pydantic serializer warnings:UserWarning", "ignore:There is no current event loop:DeprecationWarning")
-
-
-# -- readings --------------------------------------------------------------------------------------------
-
 
 def test_a_process_counts_only_the_records_written_after_it_started(tmp_path: Path) -> None:
     work = Work(tmp_path)
