@@ -243,7 +243,7 @@ def too_short(plan: Plan) -> str | None:
     if len(plan.validations) >= MIN_POINTS:
         return None
     return (f"--minutes {plan.minutes:g} leaves room for {len(plan.validations)} held-out validation(s) at the "
-            f"planned speeds (bench/learning_curve.py plan); a curve needs {MIN_POINTS}: give --minutes "
+            f"planned speeds (python -m bench.learning_curve plan); a curve needs {MIN_POINTS}: give --minutes "
             f"{math.ceil(plan.minutes_for(MIN_POINTS))} or more")
 
 
@@ -689,7 +689,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"the warm-up's steps of {WARMUP['batch_size']} conversations (default {WARMUP_STEPS})")
     args = parser.parse_args(argv)
     if args.command == "plot" and args.json is None:
-        parser.error("plot needs the JSON to draw: bench/learning_curve.py plot docs/results/learning_curve.json")
+        parser.error("plot needs the JSON to draw: python -m bench.learning_curve plot docs/results/learning_curve.json")
     return args
 
 
