@@ -14,6 +14,8 @@ when a script is rendered are made here:
 - ``run_slot_env``: what a pack job gives each of its runs, its GPUs and vLLM port
   (sbatch/_pack_control.sh.j2 renders it with the shell's values; the GPU proof gives its runs
   their GPUs the same way).
+- ``workload_env``: all of them for one run outside a job script (the GPU proof), in the script's
+  order, with the dotenv's settings named in the table
 
 The rest is made while the job runs (the tunnel's proxy, Ray's address and token) and stays the
 blocks' own. Stdlib only: the launcher, the job and the benchmarks import it.
