@@ -1,6 +1,6 @@
 """Stop at a step boundary against a fixed stop signal, on the local Slurm: what each job end throws away.
 
-    .venv/bin/python bench/boundary_goodput.py [--steps 40] [--step_seconds 20-40] [--rollout_share 0.9]
+    .venv/bin/python -m bench.boundary_goodput [--steps 40] [--step_seconds 20-40] [--rollout_share 0.9]
         [--signal_grace 10]
 
 Launches at once, with the real launcher and job template, three runs of the training-step
@@ -21,7 +21,7 @@ each job end threw away (mean and max) and the share of job ends that threw away
 baseline's, steps lost (never trained) and repeated (trained twice). Targets, for boundary mode:
 zero abandoned rollouts at >= 95% of job ends, goodput >= 0.95 of the baseline, no step lost or
 repeated. Exit code 0 when they are met. Takes about 25 minutes (on a shared machine:
-`flock /tmp/slurm-dev.lock .venv/bin/python bench/boundary_goodput.py`).
+`flock /tmp/slurm-dev.lock .venv/bin/python -m bench.boundary_goodput`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import resubmit_goodput as rg  # bench/ is on sys.path when this script runs
-
+from bench import resubmit_goodput as rg
 from hpc.run import ledger
 from hpc.run.ledger import JobEnd
 from hpc.run.rundir import RunDir

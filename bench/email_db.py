@@ -1,6 +1,6 @@
 """Email database: build and search, ours against ART-E's approach, on an Enron-scale corpus.
 
-    .venv/bin/python bench/email_db.py [--emails 517000 | --quick] [--keep DIR]
+    .venv/bin/python -m bench.email_db [--emails 517000 | --quick] [--keep DIR]
 
 (--keep DIR keeps the corpus and databases there, and reuses the corpus when
 run again with the same size.)
@@ -56,8 +56,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 FULL_EMAILS = 517_000
 QUICK_EMAILS = 50_000
@@ -406,7 +404,7 @@ def peak_rss_bytes() -> int:
 
 def run_child(kind: str, dataset_dir: Path, db_path: Path) -> dict[str, Any]:
     db_path.unlink(missing_ok=True)
-    result = subprocess.run([sys.executable, __file__, "--child", kind, "--dataset", str(dataset_dir),
+    result = subprocess.run([sys.executable, "-m", "bench.email_db", "--child", kind, "--dataset", str(dataset_dir),
                              "--db", str(db_path)], capture_output=True, text=True, cwd=REPO)
     if result.returncode != 0:
         raise SystemExit(f"{kind} build failed:\n{result.stderr[-3000:]}")

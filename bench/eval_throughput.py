@@ -1,8 +1,8 @@
 """Evaluation throughput: 100 questions at the default concurrency against one at a time.
 
-    .venv/bin/python bench/eval_throughput.py [--questions 100] [--turn_ms 300] [--concurrency N]
+    .venv/bin/python -m bench.eval_throughput [--questions 100] [--turn_ms 300] [--concurrency N]
 
-The questions are the fixture corpus' (tests/fixtures/art_e), repeated under new ids
+The questions are the fixture corpus' (trainer/proof/corpus), repeated under new ids
 to make --questions. The model is the scripted OpenAI-compatible endpoint
 (tests/doubles/openai_server.py, in a process of its own, as a model server is) taking
 --turn_ms per model turn; each question takes
@@ -31,14 +31,12 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from trainer.proof.corpus import CORPUS
+from trainer.proof.loopback_openai import OpenAIServer, Reply, text, tool_call
+from trainer.training.config import load_config
+
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
-from tests.doubles.openai_server import OpenAIServer, Reply, text, tool_call  # noqa: E402
-from trainer.training.config import load_config  # noqa: E402
-
-FIXTURE = REPO / "tests" / "fixtures" / "art_e"
 TURNS = 2
 SPEEDUP_TARGET = 20.0
 IDEAL_TARGET = 1.5
@@ -48,13 +46,13 @@ def stage(data_dir: Path, questions: int) -> None:
     """The fixture emails, and ``questions`` test questions made from its test questions."""
     from trainer.staging.data import prepare
 
-    rows = [json.loads(line) for line in (FIXTURE / "questions.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (CORPUS / "questions.jsonl").read_text().splitlines()]
     usable = [r for r in rows if r["split"] == "test" and len(r["message_ids"]) == 1 and r["id"] not in (129, 171)]
     made = [{**usable[i % len(usable)], "id": 10_000 + i} for i in range(questions)]
     made += [r for r in rows if r["split"] == "train"]
     path = data_dir / "questions.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in made))
-    prepare(data_dir, str(FIXTURE / "emails.jsonl"), str(path), show_progress=False)
+    prepare(data_dir, str(CORPUS / "emails.jsonl"), str(path), show_progress=False)
 
 
 def agent(turn_seconds: float, jitter: float = 0.0):
@@ -103,9 +101,9 @@ def model_server(turn_seconds: float, jitter: float = 0.0) -> Iterator[str]:
     from trainer.serving.vllm_server import free_port
 
     port = free_port()
-    child = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--turn_ms", str(turn_seconds * 1000),
-                              "--jitter", str(jitter)],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-m", "bench.eval_throughput", "--serve", str(port),
+                              "--turn_ms", str(turn_seconds * 1000), "--jitter", str(jitter)],
+                             stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         yield f"http://127.0.0.1:{port}/v1"

@@ -1,8 +1,8 @@
 """Fault drill on the local Slurm: what each fault does to a run, and whether it goes on alone.
 
-    .venv/bin/python bench/fault_drill.py [--timeout 600]
+    .venv/bin/python -m bench.fault_drill [--timeout 600]
 
-(on a shared machine: `flock /tmp/slurm-dev.lock .venv/bin/python bench/fault_drill.py`; it kills
+(on a shared machine: `flock /tmp/slurm-dev.lock .venv/bin/python -m bench.fault_drill`; it kills
 a node's slurmd and brings it back with `scripts/local_slurm.sh up --nodes 2`)
 
 Each fault is done, with tests/doubles/slurm_faults.py, to a run of the training-step double
@@ -44,8 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import resubmit_goodput as rg  # bench/ is on sys.path when this script runs
-
+from bench import resubmit_goodput as rg
 from hpc.run import ledger
 from hpc.run.ledger import By, Cancelled, JobEnd, JobStart, Requeue
 from hpc.run.rundir import RunDir

@@ -1,6 +1,6 @@
 """Launcher latency: median wall time of a dry run against `python -c pass`.
 
-    .venv/bin/python bench/launch_latency.py [--runs 15] [--submit_runs 5]
+    .venv/bin/python -m bench.launch_latency [--runs 15] [--submit_runs 5]
 
 Both are measured in the same run on the same interpreter, so the ratio says
 how much the launcher adds to a bare Python start. Target: dry run under
@@ -39,14 +39,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from tests.doubles.provider_api import ProviderAPI
+from trainer.proof.corpus import CORPUS
+from trainer.proof.loopback_openai import OpenAIServer, text
+
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 HEAVY = ("art", "litellm", "datasets", "torch", "vllm", "ray")
 TARGET = 0.25  # seconds: the dry run's median
-
-from tests.doubles.openai_server import OpenAIServer, text  # noqa: E402 (the repository on sys.path first)
-from tests.doubles.provider_api import ProviderAPI  # noqa: E402
 
 # The launches measured against each other: without the preflight, and with it and each judge.
 LAUNCHES = {"no_preflight": "none", "compatible": "OpenAI-compatible judge (JUDGE_API_BASE)",
@@ -89,7 +88,7 @@ def fake_sbatch(folder: Path) -> dict[str, str]:
 def staged_data(folder: Path) -> Path:
     from trainer.staging.data import prepare
 
-    fixtures = REPO / "tests" / "fixtures" / "art_e"
+    fixtures = CORPUS
     prepare(folder, str(fixtures / "emails.jsonl"), str(fixtures / "questions.jsonl"), show_progress=False)
     return folder
 

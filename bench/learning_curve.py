@@ -1,11 +1,11 @@
 """The learning curve: agent_008's loop makes an agent better at questions it has never seen.
 
-    .venv/bin/python bench/learning_curve.py plan   [--gpus 0] [--minutes 20]     # what it will do, and how long
-    .venv/bin/python bench/learning_curve.py start  [--gpus 0] [--minutes 20]     # run it in the background
-    .venv/bin/python bench/learning_curve.py status                              # where it is (poll this)
-    .venv/bin/python bench/learning_curve.py run    [--gpus 0] [--minutes 20]     # the same in the foreground
-    .venv/bin/python bench/learning_curve.py collect [--out DIR]                 # the JSON and picture, now
-    .venv/bin/python bench/learning_curve.py plot JSON [--png PNG]               # redraw the picture from the JSON
+    .venv/bin/python -m bench.learning_curve plan   [--gpus 0] [--minutes 20]     # what it will do, and how long
+    .venv/bin/python -m bench.learning_curve start  [--gpus 0] [--minutes 20]     # run it in the background
+    .venv/bin/python -m bench.learning_curve status                              # where it is (poll this)
+    .venv/bin/python -m bench.learning_curve run    [--gpus 0] [--minutes 20]     # the same in the foreground
+    .venv/bin/python -m bench.learning_curve collect [--out DIR]                 # the JSON and picture, now
+    .venv/bin/python -m bench.learning_curve plot JSON [--png PNG]               # redraw the picture from the JSON
 
 On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no download:
 
@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -59,27 +58,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.gpu_proof import positive  # noqa: E402
-from bench.gpu_proof_kit import (  # noqa: E402
-    PYTHON,
-    REPO,
-    Process,
-    ProofFailed,
-    Work,
-    command,
-    last_lines,
-    node_gpus,
-    run_when_ready,
-    say,
-    string_match_verdict,
-    trained_steps,
-)
-from bench.learning_curve_results import plot, redraw, results, verdicts, write_json  # noqa: E402
-from hpc.digits import ascii_float, is_count  # noqa: E402
-from hpc.run.rundir import RunDir, read_jsonl  # noqa: E402
-from trainer.staging.synthetic_inbox import warmup_questions  # noqa: E402
+from bench.learning_curve_results import plot, redraw, results, verdicts, write_json
+from hpc.digits import ascii_float
+from hpc.run.rundir import RunDir, read_jsonl
+from trainer.proof.background import start_detached
+from trainer.proof.cli import positive
+from trainer.proof.figures import trained_steps
+from trainer.proof.gpus import gpu_list, node_gpus
+from trainer.proof.processes import Process, command, last_lines, run_when_ready
+from trainer.proof.string_match_judge import string_match_verdict
+from trainer.proof.workspace import PYTHON, REPO, ProofFailed, Work, say
+from trainer.staging.synthetic_inbox import warmup_questions
 
 if TYPE_CHECKING:
     from trainer.staging.first_turns import FirstTurns
@@ -254,7 +243,7 @@ def too_short(plan: Plan) -> str | None:
     if len(plan.validations) >= MIN_POINTS:
         return None
     return (f"--minutes {plan.minutes:g} leaves room for {len(plan.validations)} held-out validation(s) at the "
-            f"planned speeds (bench/learning_curve.py plan); a curve needs {MIN_POINTS}: give --minutes "
+            f"planned speeds (python -m bench.learning_curve plan); a curve needs {MIN_POINTS}: give --minutes "
             f"{math.ceil(plan.minutes_for(MIN_POINTS))} or more")
 
 
@@ -657,14 +646,6 @@ def lora_lines(work: Work) -> list[str]:
 # -- the command line --------------------------------------------------------------------------------------
 
 
-def gpu_list(text: str) -> list[str]:
-    gpus = [item.strip() for item in text.split(",") if item.strip()]
-    if not 1 <= len(gpus) <= 2 or not all(map(is_count, gpus)) or len(set(gpus)) != len(gpus):
-        raise argparse.ArgumentTypeError(f"invalid --gpus {text!r}: accepted one or two distinct GPU indices, "
-                                         "such as 0 or 0,1")
-    return gpus
-
-
 def minutes(text: str) -> float:
     try:
         value = ascii_float(text)
@@ -696,8 +677,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("command", choices=("plan", "start", "run", "status", "collect", "plot"))
     parser.add_argument("json", nargs="?", type=json_file, help="plot: the JSON to draw")
     parser.add_argument("--work", type=Path, default=Path("/tmp/learning-curve"), help="the bench's folder (kept)")
-    parser.add_argument("--gpus", type=gpu_list, default=None, help="one GPU (shared mode) or two (dedicated), by "
-                        "nvidia-smi index; default: the node's first two, or its one")
+    parser.add_argument("--gpus", type=lambda text: gpu_list(text, most=2), default=None,
+                        help="one GPU (shared mode) or two (dedicated), by nvidia-smi index; default: the node's first "
+                             "two, or its one")
     parser.add_argument("--minutes", type=minutes, default=20.0, help="the whole bench's time (default 20)")
     parser.add_argument("--out", type=out_folder, default=None,
                         help=f"also write the JSON and picture here (run/collect; default {RESULTS.relative_to(REPO)} "
@@ -707,7 +689,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"the warm-up's steps of {WARMUP['batch_size']} conversations (default {WARMUP_STEPS})")
     args = parser.parse_args(argv)
     if args.command == "plot" and args.json is None:
-        parser.error("plot needs the JSON to draw: bench/learning_curve.py plot docs/results/learning_curve.json")
+        parser.error("plot needs the JSON to draw: python -m bench.learning_curve plot docs/results/learning_curve.json")
     return args
 
 
@@ -725,7 +707,7 @@ def before_runs(work: Work, warmup_steps: int, gpus: list[str]) -> None:
 
 
 def run_all(args: argparse.Namespace) -> int:
-    from tests.doubles.openai_server import OpenAIServer
+    from trainer.proof.loopback_openai import OpenAIServer
 
     began = time.time()
     deadline = began + args.minutes * 60 - ESTIMATE["collect"] - SIGNAL_WAIT
@@ -756,14 +738,10 @@ def run_all(args: argparse.Namespace) -> int:
 
 def start(args: argparse.Namespace, argv: list[str]) -> int:
     """``run`` under setsid, its output in WORK/bench.log; returns at once."""
-    args.work.mkdir(parents=True, exist_ok=True)
     log = args.work / "bench.log"
     rest = [arg for arg in argv if arg != "start"]
-    with log.open("w") as out:
-        process = subprocess.Popen([PYTHON, str(Path(__file__).resolve()), "run", *rest], cwd=REPO, stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True,
-                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    say(f"started (pid {process.pid}), log {log}; poll: {PYTHON} bench/learning_curve.py status --work {args.work}")
+    pid = start_detached([PYTHON, "-m", "bench.learning_curve", "run", *rest], log, REPO, append=False)
+    say(f"started (pid {pid}), log {log}; poll: {PYTHON} -m bench.learning_curve status --work {args.work}")
     return 0
 
 

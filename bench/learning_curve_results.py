@@ -9,7 +9,7 @@ The JSON has exactly the issue's schema::
 
 Each point is one validation of a run directory (``validation.jsonl``; ``correct`` counted from
 its per-question records), nothing typed by hand. The picture is drawn from the JSON alone,
-so ``python bench/learning_curve.py plot JSON`` redraws it anywhere. matplotlib is imported
+so ``python -m bench.learning_curve plot JSON`` redraws it anywhere. matplotlib is imported
 only to draw.
 """
 

@@ -1,8 +1,8 @@
 """Resubmission goodput on the local Slurm: how much allocated time trains, per continuation mode.
 
-    .venv/bin/python bench/resubmit_goodput.py [--steps 33] [--signal_grace 30] [--modes requeue,afterany,chain]
+    .venv/bin/python -m bench.resubmit_goodput [--steps 33] [--signal_grace 30] [--modes requeue,afterany,chain]
 
-(on a shared machine: `flock /tmp/slurm-dev.lock .venv/bin/python bench/resubmit_goodput.py`)
+(on a shared machine: `flock /tmp/slurm-dev.lock .venv/bin/python -m bench.resubmit_goodput`)
 
 Launches, all at once and with the real launcher and job template, one run per
 mode with the training-step double (tests.doubles.step_trainer: 2 s steps, a
@@ -36,15 +36,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from hpc.run import ledger
+from hpc.run.ledger import Chain, JobEnd, JobStart, Resubmit, Submit, Successor
+from hpc.run.rundir import RunDir
+from hpc.slurm import calls
+from tests.doubles.step_trainer import TrainedStep, read_steps
 
-from hpc.run import ledger  # noqa: E402
-from hpc.run.ledger import Chain, JobEnd, JobStart, Resubmit, Submit, Successor  # noqa: E402
-from hpc.run.rundir import RunDir  # noqa: E402
-from hpc.slurm import calls  # noqa: E402  (the one place that runs Slurm's commands)
-from tests.doubles.step_trainer import TrainedStep, read_steps  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 MODES = ("requeue", "afterany", "chain")
 STEP_SECONDS = 2.0  # the double's default

@@ -1,6 +1,6 @@
 """Serving load: 500 requests at 32 concurrent against the real service, on loopback.
 
-    .venv/bin/python bench/serve_load.py [--requests 500] [--concurrency 32] [--turn_ms 25]
+    .venv/bin/python -m bench.serve_load [--requests 500] [--concurrency 32] [--turn_ms 25]
 
 The service is `python -m trainer.serve` (uvicorn, the agent loop, the fixture email
 database) in a process of its own, answering with the scripted OpenAI-compatible endpoint
@@ -31,12 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from bench.eval_throughput import model_server, stage
+from trainer.serving.vllm_server import free_port
 
-from bench.eval_throughput import model_server, stage  # noqa: E402
-from trainer.serving.vllm_server import free_port  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 TURNS = 2
 OVERHEAD_P99_TARGET_MS = 20.0

@@ -1,8 +1,8 @@
 """Fault drill for a Slurm that answers badly, on the local Slurm: one run, one trainer, whatever it says.
 
-    .venv/bin/python bench/slurm_answer_drill.py [--timeout 420]
+    .venv/bin/python -m bench.slurm_answer_drill [--timeout 420]
 
-(on a shared machine: `flock /tmp/slurm-tests.lock .venv/bin/python bench/slurm_answer_drill.py`)
+(on a shared machine: `flock /tmp/slurm-tests.lock .venv/bin/python -m bench.slurm_answer_drill`)
 
 The sibling of bench/fault_drill.py (which kills jobs and nodes) for the moments a real cluster's Slurm
 answers badly: ``squeue`` printing nothing or "Socket timed out", ``sacct`` failing or lagging,
@@ -42,17 +42,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from hpc.run import ledger
+from hpc.run.ledger import Cancelled, JobEnd, JobStart, LeaseHeld, SlurmUnknown, Successor
+from hpc.run.rundir import RunDir
+from hpc.slurm import calls
+from tests.doubles import slurm_wrappers
+from tests.doubles.slurm_wrappers import FAULT_DIR
+from tests.doubles.step_trainer import read_steps
 
-from hpc.run import ledger  # noqa: E402
-from hpc.run.ledger import Cancelled, JobEnd, JobStart, LeaseHeld, SlurmUnknown, Successor  # noqa: E402
-from hpc.run.rundir import RunDir  # noqa: E402
-from hpc.slurm import calls  # noqa: E402  (the one place that runs Slurm's commands)
-from tests.doubles import slurm_wrappers  # noqa: E402
-from tests.doubles.slurm_wrappers import FAULT_DIR  # noqa: E402
-from tests.doubles.step_trainer import read_steps  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 STATUS = REPO / "scripts" / "status.sh"
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"}

@@ -1,6 +1,6 @@
 """A lab's runs directory: status.sh, hpc.accounting, hpc.report, rmlogs.sh and scancelall.sh at scale.
 
-    .venv/bin/python bench/status_scale.py [--runs 1000] [--steps 3000] [--validations 100]
+    .venv/bin/python -m bench.status_scale [--runs 1000] [--steps 3000] [--validations 100]
         [--report_steps 10000] [--source RUN_DIR] [--work DIR] [--repeat 5]
 
 The directory is made from real records: one run launched on the local Slurm by the real
@@ -9,7 +9,7 @@ start-ups, logs, scripts, model folder), whose steps and validations are shaped 
 real trainer's records of a GPU run (docs/results/learning_curve_runs: reward, spread, accuracy),
 copied into ``--runs`` runs of ``--steps`` steps placed inside the real job's span. ``--source``
 takes a finished run directory instead of launching one (the launch needs the local Slurm; run it
-alone on a shared one: ``flock /tmp/slurm-tests.lock .venv/bin/python bench/status_scale.py``).
+alone on a shared one: ``flock /tmp/slurm-tests.lock .venv/bin/python -m bench.status_scale``).
 
 Measured, each against the figures of status.sh without its cache (``OLD``: every run's whole history
 read on every call) and the first call here, which has no cache and so reads every run's history so:
@@ -39,8 +39,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 GPU_RUN = REPO / "docs" / "results" / "learning_curve_runs" / "2026-11-27-2xH100" / "seed1"
 OLD = {"status_100": 6.9, "status_1000": 80.6, "status_run": 0.83, "accounting": 0.91}  # status.sh without its cache, seconds
 TARGETS = {"live": 2.0, "unchanged": 0.5, "report": 3.0}

@@ -1,8 +1,8 @@
 """The trainer's own cost on CPU: trainer.train's gathering against a minimal loop calling ART, same work.
 
-    .venv/bin/python bench/trainer_cost.py [--steps 15] [--rounds 4] [--turn_ms 40] [--judge_ms 20] [--work DIR]
+    .venv/bin/python -m bench.trainer_cost [--steps 15] [--rounds 4] [--turn_ms 40] [--judge_ms 20] [--work DIR]
 
-What the GPU proof's baseline stage measures (bench/gpu_proof_two_gpus.py), with the GPU's
+What the GPU proof's baseline stage measures (trainer/proof/two_gpus.py), with the GPU's
 noise taken out: both sides run on the same deterministic doubles, so what differs is only
 what the trainer adds around the rollouts (its rollout tasks, judge cache, logs, records).
 
@@ -12,13 +12,13 @@ what the trainer adds around the rollouts (its rollout tasks, judge cache, logs,
   turn after --turn_ms, standing in for generation;
 - the judge: the same endpoint accepting every answer after --judge_ms;
 - the backend: tests.doubles.art_backend:FakeBackend (its train is a checkpoint write);
-- the data: the fixture corpus (tests/fixtures/art_e) staged as ``trainer.data prepare`` does;
+- the data: the fixture corpus (trainer/proof/corpus) staged as ``trainer.data prepare`` does;
 - the config: smoke with the GPU proof's TRAIN_ARGS (3 groups of 4 rollouts a step, 12 in flight,
   4 turns at most), then the fake backend, no preflight, validation or boundary stop, and 3
   scenarios repeated for --steps epochs, so both sides run exactly --steps steps.
 
 Side one is ``python -m trainer.train --config smoke`` as a job runs it; its steps come from
-its steps.jsonl (trajectories, rollout_seconds). Side two is bench/gpu_baseline_loop.py's loop
+its steps.jsonl (trajectories, rollout_seconds). Side two is trainer/proof/baseline_loop.py's loop
 (``art.gather_trajectory_groups`` of ``trainer.agent.rollout.rollout``, then ``backend.train``)
 on the same config, in a process of its own too. --rounds runs of each, one after the other,
 taking turns at going first (a shared machine's load drifts). The backend's own record of every
@@ -42,13 +42,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from tests.doubles.art_backend import read_train_log
+from trainer.proof.corpus import CORPUS
+from trainer.proof.loopback_openai import OpenAIServer, Reply, text, tool_call
+from trainer.proof.processes import command, last_lines
+from trainer.proof.workspace import ProofFailed, Work
 
-from bench.gpu_proof_kit import FIXTURE, ProofFailed, Work, command, last_lines  # noqa: E402
-from tests.doubles.art_backend import read_train_log  # noqa: E402
-from tests.doubles.openai_server import OpenAIServer, Reply, text, tool_call  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 TARGET = 0.95
 JUDGE = "judge"  # the model name the judge's requests carry (Work's JUDGE_MODEL openai/judge, through litellm)
@@ -141,8 +141,8 @@ def trainer_side(work: Work, bench: Bench, **env: str) -> Side:
 
 
 def loop_side(work: Work, bench: Bench, **env: str) -> Side:
-    """bench/gpu_baseline_loop.py on the same config, with the same ART folder layout."""
-    output = command(work, "minimal-loop", ["bench/gpu_baseline_loop.py", "--model", str(work.model), "--data_dir",
+    """trainer/proof/baseline_loop.py on the same config, with the same ART folder layout."""
+    output = command(work, "minimal-loop", ["-m", "trainer.proof.baseline_loop", "--model", str(work.model), "--data_dir",
                                             str(work.data), "--steps", str(bench.steps), "--art_path", str(work.art),
                                             *bench.overrides()], **env)
     seconds = [float(found) for found in re.findall(r"^baseline step \d+: \d+ rollouts in ([0-9.]+) s$", output, re.M)]
@@ -182,7 +182,7 @@ def staged(work: Work) -> Work:
     """``work`` with the fixture corpus staged in its data folder, as ``trainer.data prepare`` does."""
     from trainer.staging.data import prepare
 
-    prepare(work.data, str(FIXTURE / "emails.jsonl"), str(FIXTURE / "questions.jsonl"), show_progress=False)
+    prepare(work.data, str(CORPUS / "emails.jsonl"), str(CORPUS / "questions.jsonl"), show_progress=False)
     return work
 
 

@@ -1,6 +1,6 @@
 """Can a made model learn to copy the question's entity into its search? A proxy of the warm-up.
 
-    .venv-backend/bin/python bench/warmup_copy.py MODEL --data_dir D [--learning_rate 5e-4] [--steps 400]
+    .venv-backend/bin/python -m bench.warmup_copy MODEL --data_dir D [--learning_rate 5e-4] [--steps 400]
         [--context none|system|tools] [--device cpu|cuda] [--save DIR]
 
 The learning-curve bench's warm-ups never copied the entity on the GPU (docs/training.md): their
@@ -29,8 +29,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from trainer.agent.scenarios import load_scenarios
 from trainer.staging.first_calls import CONTEXTS, FirstCall, first_calls

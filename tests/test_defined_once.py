@@ -43,9 +43,9 @@ SPELLED_TODAY: dict[str, set[str]] = {
     "trainer/training/preflight.py": {"HPC_JUDGE_SERVED", "HPC_MODEL_DIR", "HPC_NO_INTERNET", "HPC_RUN_DIR"},
     "trainer/training/preflight_checks.py": {"HPC_NO_INTERNET"},
     "trainer/training/preflight_services.py": {"HPC_JUDGE_SERVED"},
-    "bench/card_emulation/sitecustomize.py": {"HPC_PROOF_GPU_FRACTION", "HPC_PROOF_TORCH_PEAKS"},
-    "bench/gpu_proof_cards.py": {"HPC_PROOF_GPU_FRACTION", "HPC_PROOF_TORCH_PEAKS"},
-    "bench/gpu_proof_two_gpus.py": {"HPC_SETUP_ERROR"},
+    "trainer/proof/card_emulation/sitecustomize.py": {"HPC_PROOF_GPU_FRACTION", "HPC_PROOF_TORCH_PEAKS"},
+    "trainer/proof/cards.py": {"HPC_PROOF_GPU_FRACTION", "HPC_PROOF_TORCH_PEAKS"},
+    "trainer/proof/two_gpus.py": {"HPC_SETUP_ERROR"},
     "bench/learning_curve.py": {"HPC_JOB_END_TIME", "HPC_SIGNAL_GRACE", "HPC_VLLM_PORT"},
     "bench/serve_load.py": {"HPC_RUN_DIR"},
 }

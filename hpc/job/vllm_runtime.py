@@ -207,7 +207,7 @@ def job_runtime_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def art_runtime_env(env: Mapping[str, str]) -> dict[str, str]:
-    """What a process that starts ART's vLLM runtime (trainer.train, bench/gpu_baseline_loop.py)
+    """What a process that starts ART's vLLM runtime (trainer.train, trainer/proof/baseline_loop.py)
     adds to its environment: RUNNER_DEFAULTS where ``env`` sets none, and the PyPI build's
     location (``job_runtime_env``)."""
     runner = {name: value for name, value in RUNNER_DEFAULTS.items() if name not in env}

@@ -9,11 +9,13 @@ when a script is rendered are made here:
   rendered by sbatch/base.sbatch.j2; the launcher interpolates the dotenv files' ``${HPC_*}`` with
   the same values (``launch_names``, hpc/launcher/jobspec.py), the queue preflight runs the
   trainer's checks on the login node with them (hpc/launcher/queue_preflight.py), and the GPU proof
-  gives them to the commands it runs as a job would (bench/gpu_proof_kit.py);
+  gives them to the commands it runs as a job would (trainer/proof/workspace.py);
 - ``offline_env``: what a job on a node without internet exports (sbatch/_offline_network.sh.j2);
 - ``run_slot_env``: what a pack job gives each of its runs, its GPUs and vLLM port
   (sbatch/_pack_control.sh.j2 renders it with the shell's values; the GPU proof gives its runs
   their GPUs the same way).
+- ``workload_env``: all of them for one run outside a job script (the GPU proof), in the script's
+  order, with the dotenv's settings named in the table
 
 The rest is made while the job runs (the tunnel's proxy, Ray's address and token) and stays the
 blocks' own. Stdlib only: the launcher, the job and the benchmarks import it.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 
@@ -239,6 +242,20 @@ def run_slot_env(devices: str, vllm_port: str | None = None) -> dict[str, str]:
     if vllm_port is not None:
         env[HPC_VLLM_PORT] = vllm_port
     return env
+
+
+DOTENV_SETTINGS = tuple(v.name for v in VARIABLES if v.source.startswith("dotenv"))
+
+
+def workload_env(job: Job, settings: Mapping[str, str], *, offline: bool, devices: str = "") -> dict[str, str]:
+    """What a job gives its workload, in its script's order, for one run outside a job script (the
+    GPU proof): ``job_env``, the no-internet settings, the dotenv's ``settings`` (names of
+    DOTENV_SETTINGS only) and, with ``devices``, the run's GPUs as a pack gives them."""
+    unknown = sorted(set(settings) - set(DOTENV_SETTINGS))
+    if unknown:
+        raise ValueError(f"not a dotenv setting of the workload's variables: {', '.join(unknown)}")
+    return {**job_env(job), **(offline_env() if offline else {}), **settings,
+            **(run_slot_env(devices) if devices else {})}
 
 
 def table() -> str:

@@ -17,11 +17,12 @@ from typing import Any, Callable
 import pytest
 
 from bench import learning_curve as bench
-from bench.gpu_proof_kit import Work, string_match_verdict
 from bench.learning_curve_results import heldout_points, plot, redraw, results, verdicts, wilson, write_json
 from hpc.run.rundir import RunDir
-from tests.doubles.openai_server import OpenAIServer, Reply, tool_call
 from trainer.agent.scenarios import load_scenarios
+from trainer.proof.loopback_openai import OpenAIServer, Reply, tool_call
+from trainer.proof.string_match_judge import string_match_verdict
+from trainer.proof.workspace import Work
 from trainer.staging.synthetic_inbox import search_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,7 +115,7 @@ def test_the_picture_is_drawn_from_the_json_alone(tmp_path: Path) -> None:
             "control": {"heldout": points((0, 77), (4, 74), (8, 79))}}
     png = plot(data, tmp_path / "a" / "learning_curve.png")
     json_path = write_json(data, tmp_path / "b" / "learning_curve.json")
-    result = subprocess.run([sys.executable, "bench/learning_curve.py", "plot", str(json_path)], cwd=REPO,
+    result = subprocess.run([sys.executable, "-m", "bench.learning_curve", "plot", str(json_path)], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     redrawn = json_path.with_suffix(".png")
@@ -126,7 +127,7 @@ def test_the_picture_is_drawn_from_the_json_alone(tmp_path: Path) -> None:
 
 
 def test_the_plan_names_every_run_its_gpus_and_an_estimate_within_the_budget() -> None:
-    result = subprocess.run([sys.executable, "bench/learning_curve.py", "plan", "--gpus", "0", "--minutes", "20"],
+    result = subprocess.run([sys.executable, "-m", "bench.learning_curve", "plan", "--gpus", "0", "--minutes", "20"],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -148,7 +149,7 @@ def test_on_two_gpus_each_run_trains_on_one_and_samples_from_the_other() -> None
                                             (["--minutes", "1"], "invalid --minutes"), (["plot"], "plot needs the JSON")])
 def test_bad_arguments_are_one_line_errors_with_exit_2(args: list[str], expected: str) -> None:
     command = args if args == ["plot"] else ["plan", *args]
-    result = subprocess.run([sys.executable, "bench/learning_curve.py", *command], cwd=REPO, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "bench.learning_curve", *command], cwd=REPO, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 2 and expected in result.stderr.strip().splitlines()[-1]
 
@@ -259,7 +260,7 @@ def test_a_budget_with_room_for_fewer_than_two_validations_is_refused_before_any
     """Seen on an H100 (2026-11-27): --minutes 9 ended before any validation, three registrations at
     once took 292 s. A curve needs two held-out points; a budget that cannot give them starts nothing."""
     work = tmp_path / "bench"
-    result = subprocess.run([sys.executable, "bench/learning_curve.py", "start", "--gpus", "0", "--minutes", "9",
+    result = subprocess.run([sys.executable, "-m", "bench.learning_curve", "start", "--gpus", "0", "--minutes", "9",
                              "--work", str(work)], cwd=REPO, capture_output=True, text=True, timeout=120)
     [line] = result.stderr.strip().splitlines()
     assert result.returncode == 2 and "--minutes 9 leaves room for 0 held-out validation(s)" in line

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from bench import trainer_cost
-from bench.gpu_proof_kit import ProofFailed
 from bench.trainer_cost import Bench, Side, check_same_work, policy_and_judge
 from tests.doubles.art_backend import read_train_log
+from trainer.proof.workspace import ProofFailed
 
 
 def test_every_rollout_of_the_script_searches_reads_then_answers_something_new() -> None:

@@ -42,6 +42,6 @@ def test_the_proxy_targets_the_first_call_counts_up_to_the_entity_and_measures_e
 
 
 def test_bad_input_is_a_one_line_error_with_exit_2(tmp_path: Path, backend_python: Path) -> None:
-    result = subprocess.run([str(backend_python), "bench/warmup_copy.py", str(tmp_path), "--data_dir", str(tmp_path),
+    result = subprocess.run([str(backend_python), "-m", "bench.warmup_copy", str(tmp_path), "--data_dir", str(tmp_path),
                              "--steps", "0"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "invalid --steps 0" in result.stderr

@@ -1,9 +1,9 @@
 """Trainer fixtures: the ART-E data staged from the shipped fixture corpus.
 
 ``art_e_data_dir`` runs the real staging path (``trainer.staging.data.prepare`` on the
-local JSONL files in tests/fixtures/art_e/) once per session, so every test
+local JSONL files in trainer/proof/corpus/) once per session, so every test
 that needs an email database or scenarios gets the files production would
-write. Regenerate the corpus with tests/fixtures/art_e/make_fixture.py.
+write. Regenerate the corpus with trainer/proof/corpus/make_fixture.py.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import pytest
 
 from trainer.agent.email_db import EmailDB
 from trainer.agent.scenarios import Scenario, load_scenarios
+from trainer.proof.corpus import CORPUS
 from trainer.staging.data import prepare
 
-FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "art_e"
+FIXTURE_DIR = CORPUS
 FIXTURE_EMAILS = FIXTURE_DIR / "emails.jsonl"
 FIXTURE_QUESTIONS = FIXTURE_DIR / "questions.jsonl"
 

@@ -36,6 +36,7 @@ from typing import Mapping
 
 from hpc.job.vllm_runtime import choose, with_runner_defaults
 from hpc.run.rundir import open_inside
+from trainer.polling import poll_until
 
 DEFAULT_TOOL_PARSER = "hermes"  # Qwen2.5's <tool_call> format
 BASE_NAME = "base"  # the name the base model is served under
@@ -44,6 +45,10 @@ FAST_START_KERNEL_CONFIG = {"enable_flashinfer_autotune": False}
 
 class ServerError(RuntimeError):
     """vLLM could not be found, did not start, or died (one line; its log has the rest)."""
+
+
+class ServerExited(ServerError):
+    """vLLM ended before it answered: it refused to start (its log says why)."""
 
 
 @dataclass(frozen=True)
@@ -119,10 +124,11 @@ class VLLMServer:
 
     def __init__(self, spec: ServerSpec, log_path: Path, *, vllm: Path | None = None,
                  env: Mapping[str, str] | None = None, ready_timeout: float = 1800.0,
-                 log_root: Path | None = None) -> None:
+                 log_root: Path | None = None, argv: list[str] | None = None) -> None:
         """``log_root``: the run directory the log is in (reached without following a link below it);
-        default, the log's own folder (the log itself is never a link followed)."""
-        self.spec, self.log_path, self.ready_timeout = spec, Path(log_path), ready_timeout
+        default, the log's own folder (the log itself is never a link followed). ``argv``: the command
+        that serves ``spec`` where it is not ``vllm serve`` (ART's runtime, as ART's service builds it)."""
+        self.spec, self.log_path, self.ready_timeout, self._argv = spec, Path(log_path), ready_timeout, argv
         self.log_root = Path(log_root) if log_root is not None else self.log_path.parent
         self._vllm, self._env = vllm, with_runner_defaults(env if env is not None else os.environ)
         self._process: subprocess.Popen | None = None
@@ -132,7 +138,7 @@ class VLLMServer:
         return self.spec.base_url
 
     def start(self) -> "VLLMServer":
-        argv = command(self.spec, self._vllm or find_vllm(self._env))
+        argv = self._argv or command(self.spec, self._vllm or find_vllm(self._env))
         with os.fdopen(open_inside(self.log_root, self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
             self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self._env,
                                              start_new_session=True)
@@ -141,17 +147,26 @@ class VLLMServer:
 
     def wait_ready(self) -> None:
         """Until /health answers and /v1/models lists every served name (model loading takes minutes)."""
-        wanted = {self.spec.served_name, *self.spec.adapters}
-        deadline = time.monotonic() + self.ready_timeout
-        while time.monotonic() < deadline:
-            if self._process is not None and self._process.poll() is not None:
-                raise ServerError(f"vLLM exited with {self._process.returncode} before it was ready; "
-                                  f"see {self.log_path}")
-            if wanted <= served_models(self.base_url):
-                return
-            time.sleep(1.0)
+        if poll_until(lambda: not self.running() or self.ready(), self.ready_timeout):
+            if not self.running():
+                raise ServerExited(f"vLLM exited with {self.returncode} before it was ready; see {self.log_path}")
+            return
         self.stop()
         raise ServerError(f"vLLM did not answer within {self.ready_timeout:.0f}s; see {self.log_path}")
+
+    def ready(self) -> bool:
+        """It serves every name of the spec; a command of its own (``argv``) once /health answers, as ART
+        waits for its runtime (the names it serves are the command's)."""
+        if self._argv is not None:
+            return healthy(self.base_url)
+        return {self.spec.served_name, *self.spec.adapters} <= served_models(self.base_url)
+
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._process is None else self._process.returncode
 
     def stop(self, grace: float = 30.0) -> None:
         """TERM the server's process group, KILL it after ``grace`` seconds."""
@@ -172,12 +187,20 @@ class VLLMServer:
         self.stop()
 
 
-def served_models(base_url: str) -> set[str]:
-    """The model names the server lists, or an empty set while it is not answering."""
+def healthy(base_url: str) -> bool:
+    """Whether the server's /health answers 200."""
     try:
         with urllib.request.urlopen(f"{base_url.removesuffix('/v1')}/health", timeout=5) as health:
-            if health.status != 200:
-                return set()
+            return health.status == 200
+    except OSError:
+        return False
+
+
+def served_models(base_url: str) -> set[str]:
+    """The model names the server lists, or an empty set while it is not answering."""
+    if not healthy(base_url):
+        return set()
+    try:
         with urllib.request.urlopen(f"{base_url}/models", timeout=5) as listing:
             return {m["id"] for m in json.loads(listing.read())["data"]}
     except (OSError, ValueError, KeyError):
@@ -220,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.address_file:
                 args.address_file.write_text(f"{spec.host}:{spec.port}\n")
             print(f"vllm_server: serving {sorted({spec.served_name, *spec.adapters})} at {server.base_url}", flush=True)
-            while not stopping and server._process is not None and server._process.poll() is None:
+            while not stopping and server.running():
                 time.sleep(1.0)
     except ServerError as error:
         print(f"vllm_server: error: {error}", file=sys.stderr)

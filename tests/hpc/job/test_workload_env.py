@@ -5,12 +5,14 @@ import re
 import shlex
 from pathlib import Path
 
-from bench.gpu_proof_kit import Work
+import pytest
+
 from hpc.job import workload_env
 from hpc.launcher import jobspec, launch, queue_preflight, single_run
 from hpc.launcher.clusters import load_registry
 from hpc.run.checkpoints import model_dir
 from tests.hpc.launcher import golden_scripts
+from trainer.proof.workspace import Work
 
 REPO = Path(__file__).resolve().parents[3]
 NAMES = {variable.name for variable in workload_env.VARIABLES}
@@ -95,3 +97,18 @@ def test_the_gpu_proofs_commands_get_what_a_workload_gets_with_arts_model_folder
     assert {name: env[name] for name in job} == job
     assert Path(env["HPC_MODEL_DIR"]) == model_dir(tmp_path / "art", "email_agent", "proof") == work.model_dir
     assert env["CUDA_VISIBLE_DEVICES"] == "1"  # the run's GPUs, as a pack gives them (run_slot_env)
+
+
+def test_a_workload_run_outside_a_job_script_gets_the_jobs_variables_in_the_scripts_order(tmp_path):
+    job = workload_env.Job(tmp_path / "run", tmp_path / "model", "local", internet=True)
+    settings = {"ART_PATH": str(tmp_path / "art"), "DATA_DIR": str(tmp_path / "data"), "JUDGE_API_BASE": "http://j/v1"}
+    env = workload_env.workload_env(job, settings, offline=True, devices="1")
+    assert env == {**workload_env.job_env(job), **workload_env.offline_env(), **settings, "CUDA_VISIBLE_DEVICES": "1"}
+    assert "HF_HUB_OFFLINE" not in workload_env.workload_env(job, settings, offline=False)
+    assert set(workload_env.DOTENV_SETTINGS) <= NAMES
+
+
+def test_a_setting_that_is_no_dotenv_variable_of_the_table_is_refused_by_name(tmp_path):
+    job = workload_env.Job(tmp_path / "run", None, "local", internet=False)
+    with pytest.raises(ValueError, match="not a dotenv setting of the workload's variables: PYTHONPATH"):
+        workload_env.workload_env(job, {"PYTHONPATH": "/x", "DATA_DIR": "/d"}, offline=True)

@@ -97,7 +97,7 @@ def plan_gpus_refusal(config) -> str:
 
 
 def test_the_training_estimate_holds_what_agent_008s_14b_training_held_on_a_gpu() -> None:
-    """Measured on an H200 (bench/gpu_proof.py --only agent008-14b on vista's emulated card): the
+    """Measured on an H200 (python -m trainer.proof --only agent008-14b on vista's emulated card): the
     training process holds 48.6 GiB (nvidia-smi) while it trains rows of 32768 tokens of a
     Qwen2.5-14B-shaped model. The estimate may not be below that, and is within 15% of it."""
     held = 49816 / 1024

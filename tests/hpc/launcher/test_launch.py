@@ -237,7 +237,7 @@ def staged_data(tmp_path_factory) -> Path:
     from trainer.staging.data import prepare
 
     data = tmp_path_factory.mktemp("data")
-    fixtures = REPO / "tests" / "fixtures" / "art_e"
+    from trainer.proof.corpus import CORPUS as fixtures
     prepare(data, str(fixtures / "emails.jsonl"), str(fixtures / "questions.jsonl"), show_progress=False)
     return data
 

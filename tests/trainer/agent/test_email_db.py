@@ -519,7 +519,7 @@ def test_an_empty_keyword_list_is_not_a_query() -> None:
 
 def test_the_benchmark_runs_on_a_small_corpus_and_checks_its_results(tmp_path: Path) -> None:
     """bench/email_db.py is not a test; this only checks it runs and reports (targets need full scale)."""
-    run = subprocess.run([sys.executable, "bench/email_db.py", "--emails", "2000", "--keep", str(tmp_path)],
+    run = subprocess.run([sys.executable, "-m", "bench.email_db", "--emails", "2000", "--keep", str(tmp_path)],
                          cwd=REPO, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert run.returncode in (0, 1), run.stderr[-2000:]

@@ -15,7 +15,15 @@ import pytest
 from hpc.run import checkpoints as ck
 from tests.doubles.art_backend import save_adapter
 from tests.doubles.fake_vllm import write_executable
-from trainer.serving.vllm_server import ServerError, ServerSpec, VLLMServer, command, free_port, served_models
+from trainer.serving.vllm_server import (
+    ServerError,
+    ServerExited,
+    ServerSpec,
+    VLLMServer,
+    command,
+    free_port,
+    served_models,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -114,3 +122,35 @@ def test_a_capped_server_limits_every_reply_through_vllms_generation_override(tm
     assert argv[argv.index("--override-generation-config") + 1] == '{"max_new_tokens": 1024}'
     assert "--override-generation-config" not in command(ServerSpec("m"), tmp_path / "vllm")
 
+
+
+HEALTH_ONLY = """
+import http.server, sys
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+
+
+def test_a_command_of_its_own_is_ready_once_its_health_answers_and_is_stopped_with_its_group(tmp_path) -> None:
+    """ART's runtime as the GPU proof starts it: its own command line, ready when /health answers."""
+    spec = ServerSpec("m", port=free_port())
+    with VLLMServer(spec, tmp_path / "runtime.log", argv=[sys.executable, "-c", HEALTH_ONLY, str(spec.port)]) as server:
+        assert server.ready() and served_models(server.base_url) == set()  # it lists no models: health is enough
+        pid = server._process.pid
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_a_command_that_exits_before_it_answers_is_told_apart_from_one_that_never_answers(tmp_path) -> None:
+    spec = ServerSpec("m", port=free_port())
+    with pytest.raises(ServerExited, match="exited with 4 before it was ready"):
+        VLLMServer(spec, tmp_path / "a.log", argv=[sys.executable, "-c", "raise SystemExit(4)"]).start()
+    silent = VLLMServer(spec, tmp_path / "b.log", ready_timeout=1, argv=[sys.executable, "-c", "import time; time.sleep(60)"])
+    with pytest.raises(ServerError, match="did not answer within 1s") as never:
+        silent.start()
+    assert not isinstance(never.value, ServerExited) and not silent.running()

@@ -3,7 +3,7 @@
 ART writes trainer_gpu_ids and inference_gpu_ids into CUDA_VISIBLE_DEVICES as they are
 (art/local/backend.py for its trainer, art/unsloth/service.py for vLLM), so the ids must be
 the run's own devices: positions [0] and [1] would send a pack's second run to the first
-run's GPUs (seen on the lent GPU machine, bench/gpu_proof.py's dedicated stage).
+run's GPUs (seen on the lent GPU machine, trainer/proof/cli.py's dedicated stage).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The trainer's stop request keeps its signals (trainer.training.stop_request.StopRequest.reclaim).
 
 On an H200 in gpu_mode dedicated, where ART runs Unsloth inside the trainer's process, a
-SIGUSR1 after step 2 was never seen and the run trained to its end (bench/gpu_proof.py's
+SIGUSR1 after step 2 was never seen and the run trained to its end (the GPU proof's
 dedicated stage). Before each step the trainer takes its handlers back and unblocks them.
 """
 

@@ -1,4 +1,4 @@
-"""The GPU proof's memory readings (bench/gpu_proof_memory.py): nvidia-smi's processes by kind and
+"""The GPU proof's memory readings (trainer/proof/memory.py): nvidia-smi's processes by kind and
 phase, vLLM's own log lines, the training processes' torch peaks, and the estimate's target."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.gpu_proof_memory import (
+from trainer.proof.memory import (
     LogPhase,
     ProcessMemory,
     TargetCheck,
@@ -107,10 +107,10 @@ def test_memory_is_sampled_per_kind_of_process_and_phase(fake_gpu, tmp_path: Pat
     memory.sample()
     fake_gpu.set(25000, [])
     memory.sample()
-    assert memory.peak_gib("vllm", "rollouts") == pytest.approx(74000 / 1024)
-    assert memory.peak_gib("vllm", "training") == pytest.approx(2000 / 1024)
-    assert memory.peak_gib("training", "training") == pytest.approx(20500 / 1024), "the kind's processes summed"
-    assert memory.peak_gib("training") == pytest.approx(20500 / 1024) and memory.peak_gib("other") is None
+    assert memory.kind_peak_gib("vllm", "rollouts") == pytest.approx(74000 / 1024)
+    assert memory.kind_peak_gib("vllm", "training") == pytest.approx(2000 / 1024)
+    assert memory.kind_peak_gib("training", "training") == pytest.approx(20500 / 1024), "the kind's processes summed"
+    assert memory.kind_peak_gib("training") == pytest.approx(20500 / 1024) and memory.kind_peak_gib("other") is None
     assert memory.total_gib("training") == pytest.approx(30000 / 1024) and memory.total_gib() == pytest.approx(80000 / 1024)
     assert memory.processes_seen == 3
     assert memory.beside_training_peak_gib("vllm") == pytest.approx(2000 / 1024), "vLLM asleep when training peaked"
@@ -123,7 +123,7 @@ def test_the_training_processes_torch_peaks_are_the_largest_each_reported(tmp_pa
     assert trainer_torch_peaks(tmp_path / "none") == {}
 
 
-# -- bench/card_emulation/sitecustomize.py -------------------------------------------------------------------
+# -- trainer/proof/card_emulation/sitecustomize.py -------------------------------------------------------------------
 
 
 class FakeCuda:
@@ -148,7 +148,7 @@ class FakeCuda:
 def load_sitecustomize(monkeypatch: pytest.MonkeyPatch, **env: str):
     import importlib.util
 
-    from bench.gpu_proof_cards import EMULATION_PATH
+    from trainer.proof.cards import EMULATION_PATH
 
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -204,7 +204,7 @@ def test_a_training_process_started_with_the_emulations_environment_runs_the_sit
     import subprocess
     import sys
 
-    from bench.gpu_proof_cards import Card, Emulation
+    from trainer.proof.cards import Card, Emulation
 
     env = {**os.environ, **Emulation(Card.of("lonestar6"), 80.0).env(tmp_path)}
     probe = "import sys; print(type(sys.meta_path[0]).__name__, sys.modules['sitecustomize'].FRACTION)"

@@ -1,4 +1,4 @@
-"""The cards users have, emulated (bench/gpu_proof_cards.py): the arithmetic of a capped card, the
+"""The cards users have, emulated (trainer/proof/cards.py): the arithmetic of a capped card, the
 launcher's decision for agent_008 on each cluster's card, and the decision held against what ART's
 vLLM does there, with a runtime double doing vLLM's memory arithmetic on a pretend card."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.gpu_proof_cards import (
+from trainer.proof.cards import (
     Card,
     CardCheck,
     Emulation,
@@ -21,12 +21,12 @@ from bench.gpu_proof_cards import (
     physical_decision,
     start_vllm,
 )
-from bench.gpu_proof_full import training_half
-from bench.gpu_proof_kit import ProofFailed
-from bench.gpu_proof_memory import VllmMemory
-from trainer.serving.vllm_server import free_port
+from trainer.proof.full_size import training_half
+from trainer.proof.memory import VllmMemory
+from trainer.proof.workspace import ProofFailed
+from trainer.serving.vllm_server import ServerSpec, free_port
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 H200_GIB, H100_GIB = 143771 / 1024, 81559 / 1024
 
 
@@ -36,7 +36,7 @@ def test_a_card_is_emulated_as_a_share_of_a_larger_one_and_never_of_a_smaller_on
     assert gh200.fraction == pytest.approx(96 / H200_GIB) and gh200.problem() is None
     assert gh200.utilization(0.75) == round(0.75 * 96 / H200_GIB, 4) == 0.5128
     env = gh200.env(tmp_path / "peaks")
-    assert env["HPC_PROOF_GPU_FRACTION"] == "0.6838" and env["PYTHONPATH"].startswith(str(REPO / "bench" / "card_emulation"))
+    assert env["HPC_PROOF_GPU_FRACTION"] == "0.6838" and env["PYTHONPATH"].startswith(str(REPO / "trainer" / "proof" / "card_emulation"))
     assert "cannot be emulated on this 79.6 GiB one" in Emulation(Card.of("vista"), H100_GIB).problem()
     assert Emulation(Card.of("lonestar6"), H100_GIB).problem() is None
 
@@ -59,15 +59,16 @@ def test_a_vllm_start_ends_started_or_refused_with_vllms_reason(tmp_path: Path, 
     port = free_port()
     engine = json.dumps({"gpu_memory_utilization": round(0.9 * 40 / H200_GIB, 4), "max_model_len": length})
     command = [sys.executable, "-c", SERVING, f"--port={port}", f"--engine-args-json={engine}"]
-    outcome = start_vllm(command, {**os.environ, "PYTHONPATH": str(REPO)}, port, tmp_path / "vllm.log", timeout=60)
+    outcome = start_vllm(command, {**os.environ, "PYTHONPATH": str(REPO)}, ServerSpec("m", port=port),
+                         tmp_path / "vllm.log", timeout=60)
     assert outcome.started is started and outcome.memory.max_model_len == length
     if not started:
         assert outcome.why.startswith("To serve at least one request with the model's max seq len (32768)")
 
 
 def test_a_vllm_that_neither_answers_nor_exits_fails_the_check(tmp_path: Path) -> None:
-    with pytest.raises(ProofFailed, match="neither answered nor exited"):
-        start_vllm([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ), free_port(),
+    with pytest.raises(ProofFailed, match="did not answer within 2s"):
+        start_vllm([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ), ServerSpec("m", port=free_port()),
                    tmp_path / "vllm.log", timeout=2)
 
 
@@ -84,7 +85,7 @@ def test_a_check_holds_when_vllm_did_what_the_launcher_decided() -> None:
 
 
 def test_a_card_check_needs_a_free_gpu(fake_gpu) -> None:
-    from bench.gpu_proof_cards import check_free
+    from trainer.proof.cards import check_free
 
     fake_gpu.set(500)
     check_free("0")
@@ -99,7 +100,7 @@ def test_a_card_check_needs_a_free_gpu(fake_gpu) -> None:
     ("dedicated", {}, "not measured"),
 ])
 def test_the_training_half_is_the_main_runs_measured_peak_against_the_card(mode: str, memory: dict, words: str) -> None:
-    from bench.gpu_proof_cards import Decision
+    from trainer.proof.cards import Decision
 
     line = training_half(Decision(True, mode, ""), Emulation(Card.of("lonestar6"), H200_GIB), {"memory_gib": memory})
     assert words in line
@@ -107,7 +108,7 @@ def test_the_training_half_is_the_main_runs_measured_peak_against_the_card(mode:
 
 def test_the_cards_stage_checks_each_emulated_card_and_says_what_it_cannot_emulate(
         tmp_path: Path, art_e_data_dir: Path, backend_python: Path, fake_gpu) -> None:
-    """bench/gpu_proof.py --only cards, as the lead runs it, on a pretend 80 GB card. The A100's
+    """python -m trainer.proof --only cards, as the lead runs it, on a pretend 80 GB card. The A100's
     decision is held against ART's own command for the trainer's engine arguments and a runtime
     double doing vLLM's arithmetic: refused at 32768 as decided, started with the launcher's way,
     whose max_seq_length=22528 must reach vLLM as its max_model_len. The GH200 is said not to fit."""
@@ -121,7 +122,7 @@ def test_the_cards_stage_checks_each_emulated_card_and_says_what_it_cannot_emula
     runtime.chmod(0o755)
     env = {**os.environ, "PYTHONPATH": str(REPO), "ART_VLLM_RUNTIME_BIN": str(runtime), "HF_HUB_OFFLINE": "1",
            "FAKE_RUNTIME_TOTAL_GIB": str(81559 / 1024)}
-    result = subprocess.run([str(backend_python), "bench/gpu_proof.py", "--work", str(tmp_path / "proof"), "--only",
+    result = subprocess.run([str(backend_python), "-m", "trainer.proof", "--work", str(tmp_path / "proof"), "--only",
                              "cards", "--model14b", str(tmp_path / "model"), "--emulate", "lonestar6", "vista"],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

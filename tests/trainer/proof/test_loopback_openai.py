@@ -9,7 +9,7 @@ import json
 import threading
 import time
 
-from tests.doubles.openai_server import OpenAIServer, text
+from trainer.proof.loopback_openai import OpenAIServer, text
 
 
 def post(connection: http.client.HTTPConnection) -> int:

@@ -11,7 +11,7 @@ within 15% of the measured peak, and never below it).
   its CUDA graphs, its context), from which the memory one ``max_model_len`` sequence needs is
   measured like the estimate's ``vllm_need``: everything vLLM holds but the KV cache, plus one
   sequence's KV cache.
-- ``trainer_torch_peaks`` reads what bench/card_emulation/sitecustomize.py wrote: each training
+- ``trainer_torch_peaks`` reads what trainer/proof/card_emulation/sitecustomize.py wrote: each training
   process's own peak of torch's allocator (it misses the CUDA context, nvidia-smi does not).
 """
 
@@ -22,9 +22,10 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from bench.gpu_proof_kit import MemorySampler, Work, gpu_total_gib, nvidia_smi
+from trainer.proof.gpus import MemorySampler, gpu_total_gib, nvidia_smi
+from trainer.proof.workspace import Work
 
 if TYPE_CHECKING:
     from hpc.launcher.gpu_memory import ModelShape
@@ -136,7 +137,7 @@ class ProcessMemory(MemorySampler):
             self._uuid = nvidia_smi("--query-gpu=uuid", "--format=csv,noheader", "-i", self.gpu).strip()
         return self._uuid
 
-    def peak_gib(self, kind: str, *phases: str) -> float | None:
+    def kind_peak_gib(self, kind: str, *phases: str) -> float | None:
         """The peak of ``kind`` over ``phases`` (all when none), None where nvidia-smi listed no process."""
         found = [mib for (k, phase), mib in self.kind_peaks.items() if k == kind and (not phases or phase in phases)]
         return max(found) / GIB_MIB if found else None
@@ -178,10 +179,10 @@ class VllmMemory:
     def need_gib(self, requested_gib: float) -> float | None:
         """What one ``max_model_len`` sequence needs of vLLM's share, measured as the estimate's
         ``vllm_need`` is made: all it holds but the KV cache, plus that sequence's KV cache."""
-        if None in (self.kv_available_gib, self.kv_tokens, self.max_model_len) or not self.kv_tokens:
+        kv_gib, tokens, length = self.kv_available_gib, self.kv_tokens, self.max_model_len
+        if kv_gib is None or length is None or not tokens:
             return None
-        one_sequence = self.kv_available_gib * self.max_model_len / self.kv_tokens
-        return requested_gib - self.kv_available_gib + one_sequence
+        return requested_gib - kv_gib + kv_gib * length / tokens
 
     def describe(self) -> str:
         parts = [f"weights {self.weights_gib} GiB", f"KV cache {self.kv_available_gib} GiB = {self.kv_tokens} tokens",
@@ -192,7 +193,7 @@ class VllmMemory:
 
 def vllm_memory(log: str) -> VllmMemory:
     """The first of each of vLLM's memory lines in ``log`` (an engine logs each once)."""
-    found: dict[str, float | int] = {}
+    found: dict[str, Any] = {}
     for key, pattern in _VLLM_LINES.items():
         match = pattern.search(log)
         if match:
@@ -203,7 +204,7 @@ def vllm_memory(log: str) -> VllmMemory:
                       not_free=" ".join(not_free.group(1).split()) if not_free else None)
 
 
-# -- training processes' own peaks (bench/card_emulation/sitecustomize.py) --------------------------------
+# -- training processes' own peaks (trainer/proof/card_emulation/sitecustomize.py) --------------------------------
 
 
 def trainer_torch_peaks(folder: Path) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""The GPU proof's stages that need two GPUs (bench/gpu_proof.py runs them; it skips them,
+"""The GPU proof's stages that need two GPUs (python -m trainer.proof runs them; it skips them,
 saying so, where it has one), and the trainer's cost measured side by side.
 
 Without Slurm on the GPU machine each stage runs the workload with the environment its job
@@ -14,7 +14,7 @@ script would give it:
   log of this invocation shows.
 - pack: ``hpc.job.pack slots`` gives two runs a GPU and a vLLM port each, as a pack job's
   script does; exactly those two train at once, each in its own run directory and checkpoint folder.
-- baseline: trainer.train and bench/gpu_baseline_loop.py (a minimal loop calling ART
+- baseline: trainer.train and trainer/proof/baseline_loop.py (a minimal loop calling ART
   directly) on the same model, objective, judge, scenarios, group size and concurrency, at the
   same time on two GPUs (one after the other on one): rollouts per second of gathering, each
   side's first step left out (it compiles the LoRA kernels); --cost_rounds rounds, each side in
@@ -36,32 +36,29 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.gpu_proof_kit import (
-    PYTHON,
-    REPO,
-    CountingForwarder,
-    MemorySampler,
-    Process,
-    ProofFailed,
-    RecordMark,
-    Work,
-    after_steps,
+from trainer.proof.counting_forwarder import CountingForwarder
+from trainer.proof.figures import (
     check_stopped,
     check_trained,
-    command,
-    gpu_total_gib,
-    last_lines,
     rollouts_per_second,
-    run_together,
     seconds_per_step,
     seconds_to_register,
     served_at,
     trained_steps,
+)
+from trainer.proof.gpus import MemorySampler, gpu_total_gib
+from trainer.proof.memory import memory_estimate
+from trainer.proof.processes import (
+    Process,
+    after_steps,
+    command,
+    last_lines,
+    run_together,
     trainer,
     trainer_process,
     wait_for,
 )
-from bench.gpu_proof_memory import memory_estimate
+from trainer.proof.workspace import PYTHON, REPO, ProofFailed, RecordMark, Work
 
 JUDGE_PORT = 18765  # hpc.launcher.judge_serve's default
 JUDGE_START_TIMEOUT = 900
@@ -151,12 +148,13 @@ class ServedJudge:
         script.write_text(judge_job_script(self.judge_dir, self.work.model, self.port))
         (self.judge_dir / "workload.env").unlink(missing_ok=True)
         with self.work.log("judge-job").open("w") as out:
-            self._process = subprocess.Popen(["bash", str(script)], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                             env=self.work.env(CUDA_VISIBLE_DEVICES=self.job_gpus))
+            process = subprocess.Popen(["bash", str(script)], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                       env=self.work.env(CUDA_VISIBLE_DEVICES=self.job_gpus))
+        self._process = process
         ready = self.judge_dir / "workload.env"
-        wait_for(lambda: ready.is_file() or self._process.poll() is not None, JUDGE_START_TIMEOUT + 60)
+        wait_for(lambda: ready.is_file() or process.poll() is not None, JUDGE_START_TIMEOUT + 60)
         if not ready.is_file():
-            raise ProofFailed(f"the judge block exited {self._process.returncode}: "
+            raise ProofFailed(f"the judge block exited {process.returncode}: "
                               f"{last_lines(self.work.log('judge-job').read_text())}")
         return read_env_file(ready)
 
@@ -320,7 +318,7 @@ def cost_round(work: Work, args: argparse.Namespace, number: int) -> tuple[float
     theirs = ours.for_run(ours.run_name, devices=gpus[-1])
     sides = [trainer_process(ours, f"cost-trainer-{number}", ours.train_args(), after_steps(ours, args.cost_steps)),
              Process(theirs, f"cost-minimal-loop-{number}", [
-                 "bench/gpu_baseline_loop.py", "--model", str(work.model), "--data_dir", str(work.data), "--steps",
+                 "-m", "trainer.proof.baseline_loop", "--model", str(work.model), "--data_dir", str(work.data), "--steps",
                  str(args.cost_steps), "--art_path", str(work.root / f"art-baseline-{number}")])]
     together = len(args.gpus) > 1
     if together:

@@ -1,5 +1,4 @@
-"""The GPU proof at agent_008's size (bench/gpu_proof_full.py), driven on CPU: the made model's check,
-the plan and its predicted time, and the whole stage (train, stop, resume with vLLM asked what it
+"""The GPU proof at agent_008's size (trainer/proof/full_size.py), driven on CPU: the whole stage (train, stop, resume with vLLM asked what it
 serves, the figures) with the backend double in place of ART's LocalBackend and a tiny made model."""
 
 from __future__ import annotations
@@ -11,61 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from bench import gpu_proof
-from bench.gpu_proof_cards import Card, Emulation, launcher_decision, physical_decision
-from bench.gpu_proof_full import FIGURES_FILE, FullPlan, check_made_14b, plan_lines, run_full_size
-from bench.gpu_proof_kit import ProofFailed, Work
-from tests.doubles.openai_server import OpenAIServer, text
+from trainer.proof.cards import Card, Emulation, launcher_decision, physical_decision
+from trainer.proof.full_size import FIGURES_FILE, run_full_size
+from trainer.proof.full_size_plan import FullPlan
+from trainer.proof.loopback_openai import OpenAIServer, text
+from trainer.proof.string_match_judge import string_match_verdict
+from trainer.proof.workspace import ProofFailed, Work
 
 H200_GIB = 143771 / 1024
 pytestmark = pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
-
-
-def made(folder: Path, size: str, **config: object) -> Path:
-    folder.mkdir(parents=True)
-    (folder / "made_by.json").write_text(json.dumps({"size": size, "parameters": 14_770_033_664, "tokenizer_tokens": 1627}))
-    (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 48, "hidden_size": 5120, "intermediate_size": 13824,
-                                                    "num_attention_heads": 40, "num_key_value_heads": 8,
-                                                    "vocab_size": 152064, "max_position_embeddings": 32768, **config}))
-    return folder
-
-
-def test_the_made_14b_is_checked_for_its_size_and_said_with_its_tokenizers_gap(tmp_path: Path) -> None:
-    lines = check_made_14b(made(tmp_path / "m", "qwen2.5-14b"))
-    assert lines[0].startswith("48 layers, hidden 5120, intermediate 13824, 40 attention heads, 8 KV heads, embedding "
-                               "152064 rows, context 32768: 14.77B parameters")
-    assert "a sampled id from 1627 to 152063 decodes to nothing" in lines[1]
-    with pytest.raises(ProofFailed, match="is not a model make-model made at size qwen2.5-14b"):
-        check_made_14b(made(tmp_path / "small", "small"))
-
-
-def test_the_plan_names_agent_008s_settings_what_differs_and_the_predicted_sampling_time(tmp_path: Path) -> None:
-    from trainer.staging.random_weights import safetensors_header
-
-    model = made(tmp_path / "m", "qwen2.5-14b")
-    (model / "model.safetensors").write_bytes(safetensors_header([("all", (14_770_033_664,))]))  # the header is read
-    plan = FullPlan(model, "0", H200_GIB, launcher_decision(Card.of("vista")), Emulation(Card.of("vista"), H200_GIB),
-                    deviations=("max_tokens=1024",))
-    assert plan.overrides() == [f"base_model={model}", "reward=proof_only_text_hash",
-                                "backend=bench.gpu_proof_backend:FullLengthLocalBackend", "gpu_mode=shared",
-                                "gpu_memory_utilization=0.5128", "max_tokens=1024"]
-    lines = plan_lines(plan, 11, "NVIDIA H200")
-    assert lines[0].startswith("agent_008 on vista's 96 GiB card: the launcher decides gpu_mode shared, fits")
-    assert "vLLM gets gpu_memory_utilization 0.5128 (0.75 of 96 GiB)" in lines[1]
-    assert "4 rollouts x 12 groups a step (11 here: the fixture has 11 training questions)" in lines[2]
-    assert "reward=proof_only_text_hash (PROOF ONLY" in lines[3] and "max_tokens=1024 (against agent_008's setting)" in lines[3]
-    assert "a step's 44 rollouts sample 1024 tokens each" in lines[4] and "5 waves of 10" in lines[4]
-
-
-def test_a_card_the_launcher_refuses_is_not_run_and_a_larger_card_is_not_emulated(tmp_path: Path, fake_gpu) -> None:
-    args = gpu_proof.parse_args(["--only", "agent008-14b", "--model14b", str(tmp_path), "--card", "vista"])
-    args.gpus = ["0"]
-    fake_gpu.state["total_mib"] = 81559
-    fake_gpu.save()
-    from bench.gpu_proof_full import full_plan
-
-    with pytest.raises(ProofFailed, match="vista's 96 GiB card cannot be emulated on this 79.6 GiB one"):
-        full_plan(Work(tmp_path), args)
 
 
 # -- the whole stage, with the backend double ------------------------------------------------------------------
@@ -90,7 +43,7 @@ def full_size(tmp_path: Path, art_e_data_dir: Path, fake_gpu, monkeypatch: pytes
     assert data_main(["make-model", str(model), "--size", "tiny", "--data_dir", str(art_e_data_dir)]) == 0
     fake_gpu.set(1000)
     monkeypatch.setenv("ART_FAKE_TRAIN_SECONDS", "0.5")
-    with OpenAIServer(gpu_proof.string_match_verdict) as judge, \
+    with OpenAIServer(string_match_verdict) as judge, \
             OpenAIServer(policy(), served=("base", "email-agent-008@2")) as inference:
         monkeypatch.setenv("ART_FAKE_INFERENCE_URL", inference.base_url)
         yield Work(work_root, judge.base_url, devices="0"), model
@@ -131,8 +84,8 @@ def test_the_full_size_stage_fails_when_vllm_serves_another_checkpoint_on_resume
 
 
 def test_an_emulated_card_holds_the_run_only_if_the_gpus_total_never_passed_its_size(fake_gpu, tmp_path: Path) -> None:
-    from bench.gpu_proof_full import check_card_held
-    from bench.gpu_proof_memory import ProcessMemory
+    from trainer.proof.full_size import check_card_held
+    from trainer.proof.memory import ProcessMemory
 
     plan = double_plan(tmp_path)
     memory = ProcessMemory(gpu="0", phase=lambda: "training")

@@ -1,4 +1,4 @@
-"""Card emulation for the GPU proof (bench/gpu_proof_cards.py): on PYTHONPATH, Python runs this at
+"""Card emulation for the GPU proof (trainer/proof/cards.py): on PYTHONPATH, Python runs this at
 the start of every process of the training side (the trainer, ART's Unsloth service; ART's vLLM
 runtime is started without PYTHONPATH and caps itself with gpu_memory_utilization instead).
 

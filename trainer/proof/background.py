@@ -1,8 +1,8 @@
 """The GPU proof in the background, for machines lent one command of at most 10 minutes at a time
 (the full-size stages run 20 minutes and more):
 
-    .venv/bin/python bench/gpu_proof.py --work DIR --only ... --background   # starts it, returns at once
-    .venv/bin/python bench/gpu_proof.py --work DIR --follow 540              # its new lines, for 540 s at most
+    .venv/bin/python -m trainer.proof --work DIR --only ... --background   # starts it, returns at once
+    .venv/bin/python -m trainer.proof --work DIR --follow 540              # its new lines, for 540 s at most
 
 ``--background`` starts the same proof in a session of its own (``setsid``: it outlives the command
 that started it), its output in ``DIR/proof.log``, its pid in ``DIR/proof.pid``, its exit code in
@@ -14,27 +14,38 @@ is no background proof in DIR.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from trainer.polling import poll_until
+from trainer.proof.workspace import REPO
 
 LOG, PID, EXIT, OFFSET = "proof.log", "proof.pid", "proof.exit", "proof.follow"
 STILL_RUNNING = 0
 NO_PROOF = 2
 
 
-def start(script: Path, argv: list[str], work: Path) -> int:
-    """Start ``script argv`` (the proof, with --background replaced by --started_in_background) detached;
+def start_detached(argv: list[str], log: Path, cwd: Path, *, append: bool = True) -> int:
+    """Start ``argv`` in a session of its own (``setsid``: it outlives the command that started it,
+    as a lent machine's one command of 10 minutes needs), its output in ``log``; its pid."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab" if append else "wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True, cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return process.pid
+
+
+def start(argv: list[str], work: Path) -> int:
+    """Start the proof with ``argv`` (--background replaced by --started_in_background) detached;
     prints how to follow it."""
-    work.mkdir(parents=True, exist_ok=True)
-    child = [sys.executable, str(script), *[arg for arg in argv if arg != "--background"], "--started_in_background"]
-    with (work / LOG).open("ab") as out:
-        process = subprocess.Popen(child, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True, cwd=script.parent.parent)
-    (work / PID).write_text(f"{process.pid}\n")
-    print(f"GPU proof started in the background: pid {process.pid}, log {work / LOG}", flush=True)
-    print(f"follow it with: {sys.executable} {script} --work {work} --follow 540", flush=True)
+    child = [sys.executable, "-m", "trainer.proof", *[arg for arg in argv if arg != "--background"],
+             "--started_in_background"]
+    pid = start_detached(child, work / LOG, REPO)
+    (work / PID).write_text(f"{pid}\n")
+    print(f"GPU proof started in the background: pid {pid}, log {work / LOG}", flush=True)
+    print(f"follow it with: {sys.executable} -m trainer.proof --work {work} --follow 540", flush=True)
     return 0
 
 
@@ -72,15 +83,15 @@ def new_lines(work: Path) -> str:
 def follow(work: Path, seconds: float, poll: float = 2.0) -> int:
     """Print the proof's new lines until it ends or ``seconds`` pass; then where it stands."""
     if not (work / PID).is_file():
-        print(f"gpu_proof: error: no background proof in {work} (no {PID}): start one with --background", file=sys.stderr)
+        print(f"python -m trainer.proof: error: no background proof in {work} (no {PID}): start one with --background", file=sys.stderr)
         return NO_PROOF
-    deadline = time.monotonic() + seconds
-    while True:
+
+    def printed_and_ended() -> bool:
         sys.stdout.write(new_lines(work))
         sys.stdout.flush()
-        if not running(work) or time.monotonic() >= deadline:
-            break
-        time.sleep(poll)
+        return not running(work)
+
+    poll_until(printed_and_ended, seconds, poll)
     sys.stdout.write(new_lines(work))
     return status(work)
 

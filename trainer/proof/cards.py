@@ -8,7 +8,7 @@ How a card of ``E`` GiB is emulated on one of ``P`` GiB (``E <= P``):
   weights, activations and CUDA graphs. The run's share ``u`` of an ``E`` GiB card is therefore
   ``u x E / P`` of this one: the trainer gets it as ``gpu_memory_utilization``.
 - The training side (the trainer and ART's Unsloth service) gets
-  bench/card_emulation/sitecustomize.py on PYTHONPATH: torch's allocator in each of its processes
+  trainer/proof/card_emulation/sitecustomize.py on PYTHONPATH: torch's allocator in each of its processes
   may take at most ``E / P`` of the card. ART's vLLM runtime is started without PYTHONPATH, so it
   is capped by its utilization alone.
 - The card holds the run only if the GPU's total never passes ``E`` (nvidia-smi, each second):
@@ -28,18 +28,18 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence, cast
 
-from bench.gpu_proof_kit import REPO, ProofFailed, Work, last_lines
-from bench.gpu_proof_memory import VllmMemory, vllm_memory
+from trainer.proof.gpus import MemorySampler
+from trainer.proof.memory import VllmMemory, vllm_memory
+from trainer.proof.processes import last_lines
+from trainer.proof.workspace import REPO, ProofFailed, Work
+from trainer.serving.vllm_server import ServerError, ServerExited, ServerSpec, VLLMServer, free_port
 
-EMULATION_PATH = REPO / "bench" / "card_emulation"
+EMULATION_PATH = Path(__file__).resolve().parent / "card_emulation"
 CONFIG = "agent_008"
 VLLM_START_TIMEOUT = 600
 _TRAIN_ARG = re.compile(r"--train_arg (\S+)=(\S+)")
@@ -98,7 +98,7 @@ class Emulation:
         return (f"emulating {self.card.cluster}'s {self.card.gib:.0f} GiB card on this {self.physical_gib:.1f} GiB one: "
                 f"vLLM gets gpu_memory_utilization {self.utilization(share)} ({share} of {self.card.gib:.0f} GiB), "
                 f"torch in each training process at most {self.fraction:.4f} of the card "
-                f"(bench/card_emulation/sitecustomize.py)")
+                f"(trainer/proof/card_emulation/sitecustomize.py)")
 
 
 def peaks_env(peaks: Path) -> dict[str, str]:
@@ -125,7 +125,7 @@ class Decision:
         return [f"{key}={value}" for key, value in _TRAIN_ARG.findall(self.ways[0])]
 
 
-def launcher_decision(card: Card, overrides: list[str] = ()) -> Decision:
+def launcher_decision(card: Card, overrides: Sequence[str] = ()) -> Decision:
     """``plan_gpus`` on the card's cluster for agent_008: the launcher's decision, word for word."""
     from hpc.errors import UsageError
     from hpc.launcher.clusters import load_registry
@@ -144,7 +144,7 @@ def launcher_decision(card: Card, overrides: list[str] = ()) -> Decision:
     return Decision(True, plan.gpu_mode or mode, plan.fit or "")
 
 
-def physical_decision(gib: float, gpus: int, overrides: list[str] = ()) -> Decision:
+def physical_decision(gib: float, gpus: int, overrides: Sequence[str] = ()) -> Decision:
     """The launcher's estimate for agent_008 on this card itself, shared mode (no cluster record)."""
     from hpc.launcher.gpu_memory import Plan, check_fit
     from hpc.launcher.trainer_config import load_config, vllm_share
@@ -169,6 +169,11 @@ class VllmOutcome:
     why: str = ""  # when it did not start: its refusal, or its log's last lines
 
 
+def served_name(config: Any) -> str:
+    """The name ART's runtime serves the base model under (step 0 of the config's model)."""
+    return f"{config.model_name}@0"
+
+
 def art_vllm_command(config: Any, gpu_mode: str, port: int, output_dir: Path, gpu: str,
                      lora_path: Path | None) -> tuple[list[str], dict[str, str]]:
     """The runtime command and environment ART's Unsloth service uses for ``config``'s model
@@ -179,13 +184,14 @@ def art_vllm_command(config: Any, gpu_mode: str, port: int, output_dir: Path, gp
     from art.vllm_runtime import VllmRuntimeLaunchConfig, _vllm_runtime_subprocess_env, build_vllm_runtime_server_cmd
 
     from hpc.job.vllm_runtime import art_runtime_env
+    from trainer.training.backend import gpu_placement
     from trainer.training.config import vllm_engine_args
 
     os.environ.update(art_runtime_env(os.environ))  # as trainer.train's configure_environment does
-    placement = {"trainer_gpu_ids": [0], "inference_gpu_ids": [1]} if gpu_mode == "dedicated" else {}
+    engine_args = cast("art.dev.EngineArgs", vllm_engine_args(config, gpu_mode))
     internal = art.dev.InternalModelConfig(init_args=art.dev.InitArgs(max_seq_length=config.max_seq_length),
-                                           engine_args=art.dev.EngineArgs(**vllm_engine_args(config, gpu_mode)),
-                                           **placement)
+                                           engine_args=art.dev.EngineArgs(**engine_args),
+                                           **gpu_placement(gpu_mode, {}))  # the card's GPUs 0 and 1
     engine = dict(get_model_config(config.base_model, str(output_dir), internal)["engine_args"])
     engine.setdefault("generation_config", "vllm")
     engine.update(enable_lora=True, max_loras=engine.get("max_loras", 2))
@@ -193,60 +199,39 @@ def art_vllm_command(config: Any, gpu_mode: str, port: int, output_dir: Path, gp
         engine.pop(key, None)
     launch = VllmRuntimeLaunchConfig(
         base_model=config.base_model, port=port, host="127.0.0.1", cuda_visible_devices=gpu,
-        lora_path=str(lora_path) if lora_path else None, served_model_name=f"{config.model_name}@0",
+        lora_path=str(lora_path) if lora_path else None, served_model_name=served_name(config),
         engine_args=engine,
         server_args={"return_tokens_as_token_ids": True, "enable_auto_tool_choice": True, "tool_call_parser": "hermes"})
     command = build_vllm_runtime_server_cmd(launch)
     return command, {**_vllm_runtime_subprocess_env(command), "CUDA_VISIBLE_DEVICES": gpu}
 
 
-def start_vllm(command: list[str], env: dict[str, str], port: int, log: Path,
+def start_vllm(command: list[str], env: dict[str, str], spec: ServerSpec, log: Path,
                timeout: float = VLLM_START_TIMEOUT) -> VllmOutcome:
-    """Start it, wait until it answers /health or exits, then stop it: how it ended."""
+    """Start it (the package's vLLM server, with ART's runtime command), wait until it serves or
+    exits, then stop it: how it ended. One that neither serves nor exits in time fails the proof."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    log.unlink(missing_ok=True)
     began = time.monotonic()
-    with log.open("w") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    server = VLLMServer(spec, log, env=env, ready_timeout=timeout, argv=command)
     try:
-        started = wait_healthy(process, port, began + timeout)
+        server.start()
+        started = True
+    except ServerExited:
+        started = False
+    except ServerError as error:
+        raise ProofFailed(str(error)) from None
     finally:
-        stop_group(process)
+        server.stop(grace=60)
     text = log.read_text(errors="replace")
     memory = vllm_memory(text)
     why = "" if started else (memory.refused or memory.not_free or last_lines(text, 4))
     return VllmOutcome(started, time.monotonic() - began, memory, log, why)
 
 
-def wait_healthy(process: subprocess.Popen, port: int, deadline: float) -> bool:
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            return False
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                if response.status == 200:
-                    return True
-        except OSError:
-            pass
-        time.sleep(2)
-    raise ProofFailed(f"vLLM neither answered nor exited within {deadline:.0f} s")
-
-
-def stop_group(process: subprocess.Popen) -> None:
-    """The runtime and its engine process, which started a session of their own."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
 def check_free(gpu: str, most_gib: float = 2.0) -> None:
     """The GPU holds next to nothing before a card's vLLM starts: an earlier process's memory would
     make vLLM refuse for a reason that is not the plan's."""
-    from bench.gpu_proof_kit import MemorySampler
-
     used = MemorySampler().sample().get(gpu, 0) / 1024
     if used > most_gib:
         raise ProofFailed(f"GPU {gpu} holds {used:.1f} GiB before vLLM's start on an emulated card: not free "
@@ -287,7 +272,7 @@ def check_card(work: Work, emulation: Emulation, model: Path, gpu: str, lora: Pa
     decision = launcher_decision(emulation.card)
     said(f"{emulation.card.cluster} ({emulation.card.gib:.0f} GiB, gpu_mode {decision.gpu_mode}): the launcher "
          f"{'fits it' if decision.fits else 'refuses it'}: {decision.line}")
-    plans = [(f"{emulation.card.cluster} as planned ({decision.gpu_mode})", [], decision.fits)]
+    plans: list[tuple[str, list[str], bool]] = [(f"{emulation.card.cluster} as planned ({decision.gpu_mode})", [], decision.fits)]
     if not decision.fits and decision.ways:
         plans.append((f"{emulation.card.cluster} with the launcher's way ({' '.join(decision.first_way_overrides())})",
                       decision.first_way_overrides(), True))
@@ -301,7 +286,6 @@ def check_card(work: Work, emulation: Emulation, model: Path, gpu: str, lora: Pa
 
 def start_on_card(work: Work, emulation: Emulation, decision: Decision, model: Path, overrides: list[str], gpu: str,
                   lora: Path | None, label: str) -> VllmOutcome:
-    from trainer.serving.vllm_server import free_port
     from trainer.training.config import load_config, vllm_share
 
     mode = next((o.split("=", 1)[1] for o in overrides if o.startswith("gpu_mode=")), decision.gpu_mode)
@@ -312,4 +296,5 @@ def start_on_card(work: Work, emulation: Emulation, decision: Decision, model: P
     port = free_port()
     slug = re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-")
     command, env = art_vllm_command(config, mode, port, work.root / "cards" / slug, gpu, lora)
-    return start_vllm(command, env, port, work.log(f"card-{slug}"))
+    spec = ServerSpec(config.base_model, port=port, served_name=served_name(config))
+    return start_vllm(command, env, spec, work.log(f"card-{slug}"))

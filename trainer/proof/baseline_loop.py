@@ -1,13 +1,13 @@
-"""The baseline of bench/gpu_proof.py's last stage: a minimal RL loop that calls ART directly.
+"""The baseline of the GPU proof's baseline stage (trainer/proof/two_gpus.py): a minimal RL loop that calls ART directly.
 
-    .venv/bin/python bench/gpu_baseline_loop.py --model DIR --data_dir D --steps 3 --art_path P [key=value ...]
+    .venv/bin/python -m trainer.proof.baseline_loop --model DIR --data_dir D --steps 3 --art_path P [key=value ...]
 
 The same model, agent (trainer.agent.rollout), scenarios and batches (the smoke config's
 order and filter, ART's iterate_dataset), group size, rollouts in flight, judge (the same
 ``Judge`` with its verdict cache, in ``<art_path>/judge_cache``) and judge concurrency, and the
 same objective (the config's loss function, reward scaling and importance sampling, passed to
 ``backend.train`` as trainer.train passes them: ART's own default loss is cispo, the config's
-ppo) as the proof's trainer.train run: the smoke config with bench/gpu_proof_kit.py's
+ppo) as the proof's trainer.train run: the smoke config with trainer/proof/workspace.py's
 TRAIN_ARGS (3 groups of 4 a step, 4 epochs) and then the ``key=value`` overrides, which
 trainer.train would take alike. It prints the objective it trains with (``baseline objective``). What the trainer adds around them is left out: no run
 directory, preflight, boundary checks, progress or step records, no stop handling. It prints
@@ -30,14 +30,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench.gpu_proof_kit import TRAIN_ARGS  # noqa: E402
-from trainer.training.config import TrainerConfig, load_config  # noqa: E402
+from trainer.proof.workspace import TRAIN_ARGS
+from trainer.training.config import TrainerConfig, load_config
 
 if TYPE_CHECKING:
     import art
@@ -70,11 +66,12 @@ def start(config: TrainerConfig, art_path: Path) -> tuple[Any, "art.TrainableMod
 
     from trainer.training.config import FAST_START_ENGINE_ARGS, VLLM_SHARE
 
-    model = art.TrainableModel(
+    engine_args = cast("art.dev.EngineArgs", FAST_START_ENGINE_ARGS)
+    model: art.TrainableModel = art.TrainableModel(
         name="baseline", project="baseline", run_name="baseline", base_model=config.base_model,
         _internal_config=art.dev.InternalModelConfig(
             init_args=art.dev.InitArgs(max_seq_length=config.max_seq_length),
-            engine_args=art.dev.EngineArgs(gpu_memory_utilization=VLLM_SHARE["shared"], **FAST_START_ENGINE_ARGS)))
+            engine_args=art.dev.EngineArgs(gpu_memory_utilization=VLLM_SHARE["shared"], **engine_args)))
     return LocalBackend(path=str(art_path)), model
 
 
@@ -109,8 +106,8 @@ async def loop(backend: Any, model: "art.TrainableModel", config: TrainerConfig,
             for step, batch in zip(range(steps), batches):
                 began = time.monotonic()
                 groups = await art.gather_trajectory_groups(
-                    art.TrajectoryGroup([rollout(model, s, db=db, judge=judge, config=agent)
-                                         for _ in range(config.trajectories_per_group)])
+                    art.TrajectoryGroup([rollout(model, s, db=db, judge=judge, config=agent)  # type: ignore[misc]
+                                         for _ in range(config.trajectories_per_group)])  # (awaitables: awaited)
                     for s in batch.items)
                 gathered.append(Gathered(sum(len(group.trajectories) for group in groups), time.monotonic() - began))
                 await backend.train(model, groups, **objective.train_kwargs())

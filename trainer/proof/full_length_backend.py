@@ -1,5 +1,5 @@
 """The GPU proof's training backend at full size: ART's LocalBackend, packing every step into rows
-of the run's ``max_seq_length`` tokens (``--train_arg backend=bench.gpu_proof_backend:FullLengthLocalBackend``).
+of the run's ``max_seq_length`` tokens (``--train_arg backend=trainer.proof.full_length_backend:FullLengthLocalBackend``).
 
 ART packs a step's trajectories into rows as long as its longest trajectory rounded up to 2048
 tokens (at most ``max_seq_length``). A real agent_008 run meets rows of 32768 tokens whenever a
@@ -22,7 +22,7 @@ from art.local import LocalBackend
 class FullLengthLocalBackend(LocalBackend):
     """LocalBackend whose training rows are always ``max_seq_length`` tokens long."""
 
-    async def train(self, model: Any, trajectory_groups: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def train(self, model: Any, trajectory_groups: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("packed_sequence_length", full_length(model))
         return await super().train(model, trajectory_groups, **kwargs)
 

@@ -1,4 +1,4 @@
-"""bench/adapter_weights.py: two checkpoints are the same LoRA when their tensors' values are, whatever
+"""trainer/proof/adapter_weights.py: two checkpoints are the same LoRA when their tensors' values are, whatever
 the files' metadata, tensor order or float width; any changed value makes them differ."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.adapter_weights import FILE_NAME, read_tensors, same_weights
 from tests.doubles.step_trainer import safetensors_of
+from trainer.proof.adapter_weights import FILE_NAME, read_tensors, same_weights
 
 
 def write_adapter(folder: Path, tensors: dict[str, tuple[str, list[float]]], metadata: dict | None = None) -> Path:
