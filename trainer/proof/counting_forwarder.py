@@ -44,8 +44,8 @@ class CountingForwarder:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        """Stop serving and end every connection's handler: a kept-alive client's handler thread
-        outlived the forwarder and was counted by a later test's thread check."""
+        """Stop serving and end every connection's handler, so that no kept-alive client's handler
+        thread outlives the forwarder (a later test's thread check would count it)."""
         self._server.stop()
 
     def handlers_alive(self) -> int:

@@ -95,8 +95,8 @@ def run_when_ready(processes: list[Process], ready: list[Callable[[], bool]], ti
                    most_wait: float = 600) -> list[tuple[int, str, float]]:
     """As ``run_together``, but each process starts once its ``ready`` holds, or after ``most_wait``
     seconds whatever it says: a vLLM sizes its KV cache from what it sees allocated on its GPU while
-    it starts, and one that started beside another vLLM starting on the same GPU found -0.68 GiB
-    left for it and did not start (an H100, 2026-11-27). ``timeout`` counts from the call for all."""
+    it starts, so one starting beside another vLLM that is starting on the same GPU can find no
+    memory left for its cache (docs/training.md). ``timeout`` counts from the call for all."""
     began = time.monotonic()
     waiting = set(range(len(processes)))
 
