@@ -194,10 +194,49 @@ def distinct(conversations: list[list[dict[str, Any]]]) -> list[list[dict[str, A
 
 
 def batches(examples: list[Example], size: int, steps: int, seed: int):  # -> Iterator[list[Example]]
-
+    """``steps`` batches of ``size`` examples drawn with ``seed`` (the draws DeviceBatches repeats)."""
     rng = random.Random(seed)
     for _ in range(steps):
         yield [rng.choice(examples) for _ in range(size)]
+
+
+def draws(count: int, size: int, steps: int, seed: int) -> list[list[int]]:
+    """The indices ``batches`` draws from ``count`` examples: ``rng.choice(range(count))`` reads the
+    generator as ``rng.choice(examples)`` does, so the same seed picks the same examples."""
+    rng, picks = random.Random(seed), range(count)
+    return [[rng.choice(picks) for _ in range(size)] for _ in range(steps)]
+
+
+class DeviceBatches:
+    """Every distinct example once, as one right-padded table on the device (ids, labels), and all
+    of a training's draws as one index tensor there: a step's batch is one gather on the device and
+    a slice to its longest row (whose length the host knows), so no step builds tensors on the CPU
+    or copies one to the GPU. The batches equal ``collate``'s of ``batches``' (a CPU test compares)."""
+
+    def __init__(self, examples: list[Any], pad_id: int, device: str) -> None:
+        import torch
+
+        unique = list({id(example): example for example in examples}.values())
+        row = {id(example): index for index, example in enumerate(unique)}
+        self.rows = [row[id(example)] for example in examples]
+        self.lengths = [len(example.input_ids) for example in unique]
+        width = max(self.lengths)
+        self.ids = torch.full((len(unique), width), pad_id, dtype=torch.long)
+        self.labels = torch.full((len(unique), width), -100, dtype=torch.long)
+        for index, example in enumerate(unique):
+            n = len(example.input_ids)
+            self.ids[index, :n], self.labels[index, :n] = torch.tensor(example.input_ids), torch.tensor(example.labels)
+        self.ids, self.labels, self.device = self.ids.to(device), self.labels.to(device), device
+
+    def batches(self, size: int, steps: int, seed: int):  # -> Iterator[dict of tensors]
+        """``batches``' draws, each a dict as ``collate`` gives: the rows gathered on the device."""
+        import torch
+
+        picks = [[self.rows[index] for index in step] for step in draws(len(self.rows), size, steps, seed)]
+        on_device = torch.tensor(picks, dtype=torch.long).to(self.device) if picks else None
+        for step, rows in enumerate(picks):
+            width = max(self.lengths[row] for row in rows)
+            yield {"input_ids": self.ids[on_device[step], :width], "labels": self.labels[on_device[step], :width]}
 
 
 def collate(batch: list[Example], pad_id: int, device: str):  # -> dict of tensors
@@ -240,18 +279,18 @@ def reported(step: int, steps: int) -> bool:
 
 def train(model: Any, examples: list[Example], pad_id: int, *, steps: int, batch_size: int, learning_rate: float,
           seed: int, device: str, say=print, after_step=None, precision: str = "float32") -> list[float]:
-    """AdamW on batches drawn from ``examples``; ``after_step(step, loss)``, if given, runs after each
-    step (bench/warmup_copy.py measures there). The losses stay on the device until printed or
-    returned: reading one back each step made the CPU wait for the GPU's step before it could
-    prepare the next batch."""
+    """AdamW on batches drawn from ``examples`` (gathered on the device: DeviceBatches);
+    ``after_step(step, loss)``, if given, runs after each step (bench/warmup_copy.py measures there).
+    The losses stay on the device until printed or returned: reading one back each step made the CPU
+    wait for the GPU's step before it could queue the next."""
     import torch  # torch only in the warm-up's steps, not at --help
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    optimizer = adamw(model, learning_rate, device)
     model.train()
     losses = []
-    for step, batch in enumerate(batches(examples, batch_size, steps, seed), start=1):
+    for step, batch in enumerate(DeviceBatches(examples, pad_id, device).batches(batch_size, steps, seed), start=1):
         with autocast(device, precision):
-            loss = model(**collate(batch, pad_id, device)).loss
+            loss = model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -262,6 +301,14 @@ def train(model: Any, examples: list[Example], pad_id: int, *, steps: int, batch
         if after_step is not None:
             after_step(step, losses[-1].item())
     return torch.stack(losses).float().tolist() if losses else []
+
+
+def adamw(model: Any, learning_rate: float, device: str) -> Any:
+    """AdamW; on CUDA its fused kernel (one launch a step for all parameters, where the default
+    launches several per parameter group): the same update up to float order."""
+    import torch
+
+    return torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0, fused=device == "cuda")
 
 
 def tool_call_rate(model: Any, tokenizer: Any, conversations: list[list[dict[str, Any]]], device: str) -> float:
