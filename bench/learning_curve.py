@@ -113,21 +113,23 @@ WARMUP_STEPS = 6000  # --warmup_steps: 96,000 draws from 5,400 conversations (2,
 FIRST_TURN_QUESTIONS = 200  # questions the first-turns stages sample, of each split (trainer.staging.first_turns)
 MIN_GOOD_SEARCHES = 0.02  # below this share of good first searches RL has nothing to reinforce: no run starts
 RESULTS = REPO / "docs" / "results"
-# Planning figures in seconds (docs/training.md), each from a measurement unless marked an estimate;
-# `status` and `collect` print each beside what this bench measured (timing_lines), so the next plan
-# starts from the last run's. Measured by this bench: the data 7-14 s (H100, H200); make-model, the
-# scripts and the first turns of both recipes, all but the warm-ups' steps, about 45 s; three runs
-# registering at once on one H100 292 s (one alone: 90-105 s; two at once on two H100s 203-218 s); a
-# dedicated step 5.0-5.3 s (median; the control's, sharing both GPUs with the seeds, 9.0 s) and a
-# validation of 300 held-out questions 16-17 s (two H100s, 2026-11-27). The warm-ups' steps in float32,
-# one a GPU, 43 ms (H200: 6000 steps in 257 s), two on one GPU 72 ms each (H200, 2026-11-28: 474 s for
-# 600 + 6000); in bf16 with the per-step sync and the padding mask gone (trainer/staging/warmup.py), an
-# ESTIMATE, not yet measured: 10 ms alone, 18 ms two on one GPU. A step of three runs in shared mode on one
-# GPU: an ESTIMATE of 12 s (the GPU proof's 27 s was a model 6 times as large, vLLM with 0.75 of the GPU to
-# wake each step where this one has a fixed 2 GiB).
-ESTIMATE = {"data": 15, "model_fixed": 45, "warmup_step_alone": 0.010, "warmup_step_two": 0.018,
-            "first_turns": 30, "scripted": 5, "register": 292, "validation": 20, "step_shared": 12.0,
-            "step_dedicated": 9.0, "collect": 10}
+# Planning figures in seconds, each measured unless marked an ESTIMATE; `status` and `collect` print each
+# beside what this bench measured (timing_lines). Two H200s, 2026-11-28 (`start --gpus 0,1 --minutes 21`;
+# docs/results/learning_curve_runs/2026-11-28-2xH200): data 7.1 s; the model stage 253 s, of which each
+# warm-up's 6,600 optimizer steps 198-201 s (30 ms a step, bf16, one a GPU) and the rest (make-model, the
+# warm-ups' loading and tokenising, both recipes' first turns) 54 s; first turns 21.3 s; scripted 0.6 s;
+# three runs registering at once 206 s; a dedicated step 5.9 s (median of the three runs' steps: the
+# seeds' 5.2 and 5.4, the control's 9.5 beside them); a validation of 300 questions 17 s. One H200,
+# 2026-11-28: two float32 warm-ups on one GPU 72 ms a step each (43 ms alone). One H100, 2026-11-27:
+# three runs registering at once 292 s, one alone 90-105 s. ESTIMATES: a warm-up step with each batch
+# gathered on the device and AdamW fused (trainer/staging/warmup.py; bench/warmup_step.py measures it
+# against the host-collated step) kept at the measured 30 ms until a GPU run measures it; two bf16
+# warm-ups on one GPU 54 ms each (1.8 times alone, as in float32); the two seeds registering at once,
+# the control after them, 206 s (as three at once); a shared step of three runs on one GPU 12 s; collect
+# 10 s (a margin: 2 s measured).
+ESTIMATE = {"data": 8, "model_fixed": 54, "warmup_step_alone": 0.030, "warmup_step_two": 0.054,
+            "first_turns": 21, "scripted": 1, "register": 206, "validation": 17, "step_shared": 12.0,
+            "step_dedicated": 5.9, "collect": 10}
 CURVE_STEPS = 100  # the issue's target: steps of each run within one lease
 MIN_POINTS = 2  # a curve needs a first and a last held-out point
 SIGNAL_WAIT = 60  # after the deadline: SIGUSR1, then this long for the step being trained to be saved (5-12 s a step)
@@ -279,13 +281,14 @@ def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS
         f"  scripted  the warm-up's policy on the {config['val_set_size']} validation questions: ~{ESTIMATE['scripted']} s",
         "  runs      " + "; ".join(f"{r.name} (seed {r.seed}{', lr 0' if r.learning_rate == 0 else ''}, "
                                     f"CUDA_VISIBLE_DEVICES={r.devices})" for r in runs),
-        "            side by side, started at once: "
-        + ("each vLLM's KV cache is fixed (vllm_kv_cache_gb), so none profiles the GPU's memory"
+        "            side by side: "
+        + ("the seeds at once, the control once they registered; each vLLM's KV cache is fixed "
+           "(vllm_kv_cache_gb), so none profiles the GPU's memory"
            if config["vllm_kv_cache_gb"] else "runs whose vLLMs share a GPU register one after the other"),
         f"            config {CONFIG}: lr {config['learning_rate']:g}, {config['groups_per_step']} groups x "
         f"{config['trajectories_per_group']} rollouts a step, {plan.total_steps} steps, validation on "
         f"{config['val_set_size']} held-out questions at step 0 and every {config['eval_steps']}",
-        f"            register ~{ESTIMATE['register']} s (all three), a step ~{plan.step:g} s, a validation "
+        f"            register ~{ESTIMATE['register']} s (the seeds; the control after them), a step ~{plan.step:g} s, a validation "
         f"~{ESTIMATE['validation']} s",
         f"            expected before the deadline: ~{plan.steps} steps, validations at {plan.validations}",
         f"            {CURVE_STEPS} steps need a step every {plan.step_needed():.1f} s or less (the "
@@ -443,13 +446,17 @@ def registered_or_ended(work: Work, name: str, process: Process) -> Callable[[],
 def start_conditions(work: Work, gpus: list[str], processes: list[Process],
                      fixed_cache: bool | None = None) -> list[Callable[[], bool]]:
     """When each run may start. With each vLLM's KV cache fixed (``vllm_kv_cache_gb``; None: as the
-    config says) all at once: no vLLM profiles the GPU's memory, so none can see another run's vLLM
-    sleep or wake during it (on one H200, 2026-11-28, the control's vLLM refused to start so: "Initial
-    free memory 114.29 GiB, current free memory 134.64 GiB"). Otherwise each run starts once every
-    earlier run whose vLLM shares its GPU has registered (or ended)."""
-    if (config_values()["vllm_kv_cache_gb"] is not None) if fixed_cache is None else fixed_cache:
-        return [lambda: True for _ in processes]
+    config says) the seeds at once: no vLLM profiles the GPU's memory, so none can see another run's
+    vLLM sleep or wake during it (on one H200, 2026-11-28, the control's vLLM refused to start so:
+    "Initial free memory 114.29 GiB, current free memory 134.64 GiB"); the control once both seeds
+    registered (or ended): the seeds' registrations are not slowed by a third (three at once took 206 s
+    on two H200s, one alone 90-105 s on an H100), and the control needs only its validations. Otherwise
+    each run starts once every earlier run whose vLLM shares its GPU has registered (or ended)."""
     specs = run_specs(gpus)
+    if (config_values()["vllm_kv_cache_gb"] is not None) if fixed_cache is None else fixed_cache:
+        seeds = [registered_or_ended(work, spec.name, process) for spec, process in zip(specs, processes)
+                 if spec.name != CONTROL]
+        return [(lambda: all(seed() for seed in seeds)) if spec.name == CONTROL else (lambda: True) for spec in specs]
     conditions = []
     for index, spec in enumerate(specs):
         earlier = [registered_or_ended(work, other.name, process) for other, process in
@@ -458,10 +465,34 @@ def start_conditions(work: Work, gpus: list[str], processes: list[Process],
     return conditions
 
 
+STARTS_FILE = "run_starts.json"  # in WORK: when each run's process was started, for its registration's seconds
+
+
+def noting_start(work: Work, name: str, condition: Callable[[], bool]) -> Callable[[], bool]:
+    """``condition``, and the time it first holds (the run is started then) kept in WORK/run_starts.json."""
+    def ready() -> bool:
+        if not condition():
+            return False
+        path = work.root / STARTS_FILE
+        starts = json.loads(path.read_text()) if path.is_file() else {}
+        if name not in starts:
+            path.write_text(json.dumps({**starts, name: time.time()}) + "\n")
+        return True
+    return ready
+
+
+def run_starts(work: Work) -> dict[str, float]:
+    path = work.root / STARTS_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def train_runs(work: Work, gpus: list[str], deadline: float, extra: tuple[str, ...] = (), **env: str) -> list[str]:
     processes = trainers(work, gpus, deadline, extra, **env)
+    (work.root / STARTS_FILE).unlink(missing_ok=True)
+    conditions = [noting_start(work, spec.name, condition)
+                  for spec, condition in zip(run_specs(gpus), start_conditions(work, gpus, processes))]
     try:
-        ended = run_when_ready(processes, start_conditions(work, gpus, processes),
+        ended = run_when_ready(processes, conditions,
                                timeout=deadline - time.time() + SIGNAL_WAIT)
     except ProofFailed as error:  # still running past the deadline and the wait: killed; what was saved stays
         return [f"stopped: {error}"]
@@ -582,21 +613,40 @@ def median(values: list[float]) -> float | None:
     return None if not ordered else (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
 
 
-def run_seconds(work: Work, gpus: list[str], runs_began: float | None) -> dict[str, list[float]]:
-    """The runs' measured figures: each one's registration (from the runs stage's start to its
-    start-up record), its steps' and its validations' seconds."""
-    measured: dict[str, list[float]] = {"register": [], "backend": [], "step": [], "validation": [], "steps": []}
+@dataclass
+class RunFigures:
+    """The runs' measured figures: each one's registration (from its process's start, else the runs
+    stage's, to its start-up record) and backend start-up with its phases, the seeds' steps."""
+
+    register: dict[str, float]
+    backend: dict[str, float]
+    phases: dict[str, dict]
+    step: list[float]
+    validation: list[float]
+    steps: dict[str, float]
+
+
+def run_seconds(work: Work, gpus: list[str], runs_began: float | None) -> RunFigures:
+    figures, starts = RunFigures({}, {}, {}, [], [], {}), run_starts(work)
     for spec in run_specs(gpus):
         run = work.for_run(spec.name).run
-        startups = run.read_startups()
-        if startups and runs_began is not None:
-            measured["register"].append(datetime.fromisoformat(startups[0]["time"]).timestamp() - runs_began)
-            measured["backend"].append(float(startups[0]["seconds"]))
+        startups, began = run.read_startups(), starts.get(spec.name, runs_began)
+        if startups and began is not None:
+            figures.register[spec.name] = datetime.fromisoformat(startups[0]["time"]).timestamp() - began
+            figures.backend[spec.name] = float(startups[0]["seconds"])
+            figures.phases[spec.name] = startups[0].get("phases") or {}
         steps = run.read_steps()
-        measured["step"] += [float(step["seconds"]) for step in steps if "seconds" in step]
-        measured["validation"] += [float(v["seconds"]) for v in run.read_validations() if "seconds" in v]
-        measured["steps"].append(float(len(steps)))
-    return measured
+        figures.step += [float(step["seconds"]) for step in steps if "seconds" in step]
+        figures.validation += [float(v["seconds"]) for v in run.read_validations() if "seconds" in v]
+        figures.steps[spec.name] = float(len(steps))
+    return figures
+
+
+def phase_line(name: str, phases: dict) -> str:
+    """A run's start-up phases (trainer/training/startup_phases.py) and vLLM's own longest figures."""
+    split = ", ".join(f"{k} {v:.0f} s" for k, v in phases.items() if isinstance(v, (int, float)))
+    own = sorted(phases.get("vllm_reported") or [], key=lambda r: -float(r.get("seconds", 0)))[:3]
+    return f"    {name}: {split or 'no phases recorded'}" + "".join(f"; vLLM: {r['line']}" for r in own)
 
 
 def compared(name: str, predicted: float, measured: float | None, unit: str = "s") -> str:
@@ -622,13 +672,17 @@ def timing_lines(work: Work, gpus: list[str]) -> list[str]:
     lines += [compared(name, predicted[name], stages.get(name)) for name in ("data", "model", "first turns", "scripted")]
     lines += [compared(f"warm-up step ({recipe})", predicted["warmup step"], ms, "ms")
               for recipe, ms in warmup_step_ms(work).items()]
-    lines.append(compared("register (the slowest run)", predicted["register"], max(runs["register"], default=None)))
-    if runs["backend"]:  # the rest is the process's start: imports, config, data, the judge's preflight
-        lines.append("    of which the backend's start (Unsloth, then vLLM), by the trainers' startups.jsonl: "
-                     + ", ".join(f"{seconds:.0f} s" for seconds in runs["backend"]))
-    lines += [compared(f"{name} (median)", predicted[name], median(runs[name])) for name in ("step", "validation")]
-    return lines + [compared("steps reached (the fewest)", predicted["steps"], min(runs["steps"], default=None),
-                             "steps")]
+    seeds = [spec.name for spec in run_specs(gpus) if spec.name != CONTROL]
+    lines.append(compared("register (the slowest seed)", predicted["register"],
+                          max((runs.register[name] for name in seeds if name in runs.register), default=None)))
+    if runs.register:  # from each process's own start; the rest of it is imports, config, data, the preflight
+        lines.append("    each run's, from its own start: " + ", ".join(
+            f"{name} {seconds:.0f} s (backend {runs.backend[name]:.0f} s)" for name, seconds in runs.register.items()))
+        lines += [phase_line(name, phases) for name, phases in runs.phases.items()]
+    lines += [compared(f"{name} (median)", predicted[name], median(getattr(runs, name))) for name in ("step", "validation")]
+    reached = [runs.steps[name] for name in seeds if name in runs.steps]
+    return lines + [compared("steps reached (the fewest seed)", predicted["steps"], min(reached, default=None), "steps")] + (
+        [f"  the control: {runs.steps[CONTROL]:.0f} steps"] if CONTROL in runs.steps else [])
 
 
 def validation_breakdown(run: RunDir, summary: dict) -> str:

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trainer.staging.warmup import (  # noqa: E402
+from trainer.staging.warmup import (
     PRECISIONS,
     Example,
     autocast,

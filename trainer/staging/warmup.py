@@ -43,6 +43,7 @@ from trainer.staging.data import data_paths, default_data_dir
 from trainer.staging.first_calls import first_calls
 from trainer.staging.inbox_policy import GOOD_SHARE, mixed
 from trainer.staging.scripted_moves import opening, play
+from trainer.staging.warmup_batches import DeviceBatches
 
 if TYPE_CHECKING:
     from trainer.agent.scenarios import Scenario
@@ -198,45 +199,6 @@ def batches(examples: list[Example], size: int, steps: int, seed: int):  # -> It
     rng = random.Random(seed)
     for _ in range(steps):
         yield [rng.choice(examples) for _ in range(size)]
-
-
-def draws(count: int, size: int, steps: int, seed: int) -> list[list[int]]:
-    """The indices ``batches`` draws from ``count`` examples: ``rng.choice(range(count))`` reads the
-    generator as ``rng.choice(examples)`` does, so the same seed picks the same examples."""
-    rng, picks = random.Random(seed), range(count)
-    return [[rng.choice(picks) for _ in range(size)] for _ in range(steps)]
-
-
-class DeviceBatches:
-    """Every distinct example once, as one right-padded table on the device (ids, labels), and all
-    of a training's draws as one index tensor there: a step's batch is one gather on the device and
-    a slice to its longest row (whose length the host knows), so no step builds tensors on the CPU
-    or copies one to the GPU. The batches equal ``collate``'s of ``batches``' (a CPU test compares)."""
-
-    def __init__(self, examples: list[Any], pad_id: int, device: str) -> None:
-        import torch
-
-        unique = list({id(example): example for example in examples}.values())
-        row = {id(example): index for index, example in enumerate(unique)}
-        self.rows = [row[id(example)] for example in examples]
-        self.lengths = [len(example.input_ids) for example in unique]
-        width = max(self.lengths)
-        self.ids = torch.full((len(unique), width), pad_id, dtype=torch.long)
-        self.labels = torch.full((len(unique), width), -100, dtype=torch.long)
-        for index, example in enumerate(unique):
-            n = len(example.input_ids)
-            self.ids[index, :n], self.labels[index, :n] = torch.tensor(example.input_ids), torch.tensor(example.labels)
-        self.ids, self.labels, self.device = self.ids.to(device), self.labels.to(device), device
-
-    def batches(self, size: int, steps: int, seed: int):  # -> Iterator[dict of tensors]
-        """``batches``' draws, each a dict as ``collate`` gives: the rows gathered on the device."""
-        import torch
-
-        picks = [[self.rows[index] for index in step] for step in draws(len(self.rows), size, steps, seed)]
-        on_device = torch.tensor(picks, dtype=torch.long).to(self.device) if picks else None
-        for step, rows in enumerate(picks):
-            width = max(self.lengths[row] for row in rows)
-            yield {"input_ids": self.ids[on_device[step], :width], "labels": self.labels[on_device[step], :width]}
 
 
 def collate(batch: list[Example], pad_id: int, device: str):  # -> dict of tensors

@@ -63,7 +63,7 @@ def fresh(path: Path, since: float) -> bool:
 
 def reported(text: str, limit: int = MOST_REPORTED) -> list[dict[str, Any]]:
     """vLLM's own lines that give a duration, in order: the message (its log prefix off) and seconds."""
-    found = []
+    found: list[dict[str, Any]] = []
     for line in text.splitlines():
         match = _DURATION.search(line)
         if match and len(found) < limit:

@@ -171,7 +171,8 @@ def test_an_unknown_precision_is_refused_naming_the_accepted_ones(
 
 DEVICE_BATCHES = """
 import json, random, torch
-from trainer.staging.warmup import DeviceBatches, Example, batches, collate
+from trainer.staging.warmup import Example, batches, collate
+from trainer.staging.warmup_batches import DeviceBatches
 rng = random.Random(7)
 distinct = [Example([rng.randrange(1, 50) for _ in range(n)], [rng.choice([-100, 3, 4]) for _ in range(n)])
             for n in (5, 9, 2, 14, 9, 1, 7)]
