@@ -6,6 +6,7 @@
     .venv/bin/python bench/learning_curve.py run    [--gpus 0] [--minutes 20]     # the same in the foreground
     .venv/bin/python bench/learning_curve.py collect [--out DIR]                 # the JSON and picture, now
     .venv/bin/python bench/learning_curve.py plot JSON [--png PNG]               # redraw the picture from the JSON
+    .venv/bin/python bench/learning_curve.py resume [--move DIR] [--steps 10]    # seed 1 continued from start's bundle
 
 On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no download:
 
@@ -747,7 +748,7 @@ def json_file(text: str) -> Path:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("plan", "start", "run", "status", "collect", "plot"))
+    parser.add_argument("command", choices=("plan", "start", "run", "status", "collect", "plot", "resume"))
     parser.add_argument("json", nargs="?", type=json_file, help="plot: the JSON to draw")
     parser.add_argument("--work", type=Path, default=Path("/tmp/learning-curve"), help="the bench's folder (kept)")
     parser.add_argument("--gpus", type=gpu_list, default=None, help="one GPU (shared mode) or two (dedicated), by "
@@ -759,6 +760,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--png", type=Path, default=None, help="plot: the picture to write (default: beside the JSON)")
     parser.add_argument("--warmup_steps", type=positive, default=WARMUP_STEPS,
                         help=f"the warm-up's steps of {WARMUP['batch_size']} conversations (default {WARMUP_STEPS})")
+    parser.add_argument("--move", type=Path, default=None,
+                        help="resume: the folder start's move stage wrote (default WORK/move)")
+    parser.add_argument("--steps", type=positive, default=10, help="resume: seed 1's steps to train after the move")
     args = parser.parse_args(argv)
     if args.command == "plot" and args.json is None:
         parser.error("plot needs the JSON to draw: bench/learning_curve.py plot docs/results/learning_curve.json")
@@ -804,8 +808,44 @@ def run_all(args: argparse.Namespace) -> int:
     lines, met = collect(work, args.out or RESULTS, args.gpus)
     for line in lines:
         say(f"  {line}")
+    stage(work, "move")
+    for line in move_lines(work):
+        say(f"  {line}")
     stage(work, f"done in {(time.time() - began) / 60:.1f} min")
     return 0 if met else 1
+
+
+def move_lines(work: Work) -> list[str]:
+    """Seed 1 bundled for a move (bench/learning_curve_move.py); a bundle that cannot be made is said,
+    and the results already written stay."""
+    from bench.learning_curve_move import bundle_seed
+    from hpc.errors import UsageError
+
+    try:
+        return bundle_seed(work)
+    except (ProofFailed, UsageError, OSError) as error:
+        return [f"seed 1 not bundled: {' '.join(str(error).split())[:300]}"]
+
+
+def resume(args: argparse.Namespace) -> int:
+    """``resume``: seed 1 continued here from a move folder for ``--steps`` steps, then checked."""
+    from bench.learning_curve_move import move_folder, resume_seed
+    from tests.doubles.openai_server import OpenAIServer
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    with OpenAIServer(string_match_verdict) as judge:
+        work = Work(args.work, judge.base_url)
+        try:
+            if not work.data.is_dir():
+                for line in make_data(work):
+                    say(f"  {line}")
+            lines = resume_seed(work, args.move or move_folder(work), args.steps, args.gpus)
+        except ProofFailed as error:
+            print(f"learning_curve.py: error: {' '.join(str(error).split())}", file=sys.stderr)
+            return 1
+    for line in lines:
+        say(line)
+    return 0
 
 
 def start(args: argparse.Namespace, argv: list[str]) -> int:
@@ -834,6 +874,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.gpus = args.gpus or default_gpus()
     work = Work(args.work)
+    if args.command == "resume":
+        return resume(args)
     if args.command == "collect":
         lines, met = collect(work, args.out, args.gpus)
         for line in lines:
