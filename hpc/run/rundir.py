@@ -16,7 +16,7 @@ Layout of ``<runs_dir>/<job_name>/``::
     progress.json           written by the trainer after every step (atomic rename)
     steps.jsonl             one record per trained step (times, reward, spread, job id): reports, accounting
     stops.jsonl             one record per workload stop: boundary | signal | finished, lost rollout-seconds; hpc/job/deadline.py
-    startups.jsonl          one record per training-backend start-up (seconds to registered, job id); hpc/job/deadline.py
+    startups.jsonl          one record per training-backend start-up (seconds to registered, job id, phases); hpc/job/deadline.py
     validation.jsonl        one record per completed validation (step, summary); trainer/training/validation.py
     validation/step_NNNN.jsonl   that validation's per-question records
     evaluations/<split>/<model>/  records.jsonl + summary.json of `python -m trainer.eval`

@@ -87,10 +87,10 @@ def phases(began: float, constructed: float, registering: float, registered: flo
 
 
 def read_log(path: Path, most: int = 2**20) -> str | None:
-    """The vLLM log's last ``most`` bytes (decoded, bad bytes replaced), or None."""
+    """The vLLM log's first ``most`` bytes (decoded, bad bytes replaced), or None: its start-up is at
+    its start (a run's whole log grows to 125 MB)."""
     try:
         with path.open("rb") as log:
-            log.seek(max(0, path.stat().st_size - most))
-            return log.read().decode(errors="replace")
+            return log.read(most).decode(errors="replace")
     except OSError:
         return None

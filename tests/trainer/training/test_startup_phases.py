@@ -56,3 +56,12 @@ def test_phases_split_registration_at_the_vllm_logs_start_and_add_up() -> None:
     assert len(split["vllm_reported"]) == 6
     unseen = phases(0.0, 2.0, 3.0, 100.0, LogWatch(Path("unused"), 0.0), None)
     assert unseen == {"construct": 2.0, "model": 1.0, "register": 97.0}
+
+
+def test_the_log_is_read_from_its_start_where_the_start_up_is(tmp_path: Path) -> None:
+    from trainer.training.startup_phases import read_log
+
+    log = tmp_path / "vllm-runtime.log"
+    log.write_text(VLLM_LINES + "request served\n" * 1000)
+    assert reported(read_log(log, most=len(VLLM_LINES)) or "") == reported(VLLM_LINES)
+    assert read_log(tmp_path / "missing.log") is None
