@@ -829,9 +829,14 @@ def move_lines(work: Work) -> list[str]:
 
 def resume(args: argparse.Namespace) -> int:
     """``resume``: seed 1 continued here from a move folder for ``--steps`` steps, then checked."""
-    from bench.learning_curve_move import move_folder, resume_seed
+    from bench.learning_curve_move import move_folder, move_problem, resume_seed
     from tests.doubles.openai_server import OpenAIServer
 
+    move = args.move or move_folder(Work(args.work))
+    problem = move_problem(move)
+    if problem is not None:  # nothing made or started
+        print(f"learning_curve.py: error: {problem}", file=sys.stderr)
+        return 2
     args.work.mkdir(parents=True, exist_ok=True)
     with OpenAIServer(string_match_verdict) as judge:
         work = Work(args.work, judge.base_url)
@@ -839,7 +844,7 @@ def resume(args: argparse.Namespace) -> int:
             if not work.data.is_dir():
                 for line in make_data(work):
                     say(f"  {line}")
-            lines = resume_seed(work, args.move or move_folder(work), args.steps, args.gpus)
+            lines = resume_seed(work, move, args.steps, args.gpus)
         except ProofFailed as error:
             print(f"learning_curve.py: error: {' '.join(str(error).split())}", file=sys.stderr)
             return 1

@@ -57,11 +57,19 @@ def bundle_seed(work: Work) -> list[str]:
             "--steps N"]
 
 
+def move_problem(move: Path) -> str | None:
+    """Why ``move`` is no folder the move stage wrote, or None."""
+    if (move / MODEL_HASHES).is_file() and (move / "bundle").is_dir():
+        return None
+    return (f"--move {move} is no learning-bench move (no {MODEL_HASHES} or bundle/ in it): accepted the WORK/move "
+            "folder bench/learning_curve.py start wrote")
+
+
 def placed_model(work: Work, move: Path) -> str:
     """The bundle's base model at WORK/model, its files as hashed where it was trained (ProofFailed otherwise)."""
-    if not (move / MODEL_HASHES).is_file() or not (move / "bundle").is_dir():
-        raise ProofFailed(f"{move} is no learning-bench move (no {MODEL_HASHES} or bundle/): make one with "
-                          "bench/learning_curve.py start")
+    problem = move_problem(move)
+    if problem is not None:
+        raise ProofFailed(problem)
     recorded = json.loads((move / MODEL_HASHES).read_text())
     if file_hashes(move / "model") != recorded:
         raise ProofFailed(f"{move / 'model'} is not the model seed 1 trained on ({MODEL_HASHES} differs)")
@@ -98,11 +106,26 @@ def resume_seed(work: Work, move: Path, steps: int, gpus: list[str], extra: tupl
     run = work.for_run(MOVED_RUN, spec.devices)
     before = check_consecutive(run)
     lines.append(f"unbundled {move / 'bundle'} at step {step} ({len(before)} steps recorded): continuing {steps}")
-    argv = ["-m", "trainer.train", "--config", CONFIG, *spec.overrides(work.model, gpu_mode(gpus)), *extra]
+    argv = ["-m", "trainer.train", "--config", CONFIG, *spec.overrides(work.model, gpu_mode(gpus)), *extra,
+            *enough_data(extra, step + steps)]
     process = Process(run, f"{MOVED_RUN}-resumed", argv, until=after_steps(run, steps),
                       env={"HPC_VLLM_PORT": str(spec.port), "HPC_SIGNAL_GRACE": "0", **env})
     [(code, log, seconds)] = run_together([process], timeout=3600)
     return lines + [f"{MOVED_RUN} resumed: exit {code} after {seconds:.0f} s"] + continued(run, before, step, steps)
+
+
+def enough_data(extra: tuple[str, ...], steps: int) -> list[str]:
+    """The override that gives the run ``steps`` steps of data where the config gives fewer (a seed
+    that reached the config's last step is continued past it). The training questions are shuffled
+    whole, then cut (trainer.agent.scenarios.load_scenarios), so a longer cut keeps the first ones
+    in their order: the data's position is the same."""
+    from bench.learning_curve import CONFIG
+    from trainer.training.config import load_config
+
+    config = load_config(CONFIG, list(extra))
+    needed = config.groups_per_step * steps
+    size = config.training_dataset_size
+    return [] if size is None or size >= needed else [f"training_dataset_size={needed}"]
 
 
 def continued(run: Work, before: list[int], bundled_at: int, steps: int) -> list[str]:

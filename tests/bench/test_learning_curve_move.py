@@ -42,13 +42,20 @@ def test_seed_1_bundled_after_the_runs_continues_on_a_fresh_machine_at_the_next_
         assert json.loads((move / MODEL_HASHES).read_text()).keys() == {"config.json", "model.safetensors"}
 
         fresh = staged(tmp_path / "b", server.base_url, inbox_data_dir)
-        lines = resume_seed(fresh, move, 2, ["0"], (*CPU_OVERRIDES, "training_dataset_size=8"),
-                            ART_FAKE_INFERENCE_URL=server.base_url)
+        lines = resume_seed(fresh, move, 2, ["0"], CPU_OVERRIDES, ART_FAKE_INFERENCE_URL=server.base_url)
     said = "\n".join(lines)
     assert "copied from" in said and "unbundled" in said and "at step 2 (2 steps recorded): continuing 2" in said
     assert "the run's steps 1-4: none lost, none repeated; the first after the move 3" in said
     assert [s["step"] for s in fresh.for_run("seed1").run.read_steps()] == [1, 2, 3, 4]
     assert (fresh.model / "model.safetensors").read_bytes() == (first.model / "model.safetensors").read_bytes()
+
+
+def test_a_seed_at_the_configs_last_step_is_continued_on_a_longer_cut_of_the_same_shuffled_questions() -> None:
+    from bench.learning_curve_move import enough_data
+
+    assert enough_data(CPU_OVERRIDES, 2) == []  # 2 steps of 2 groups: the config's 4 questions
+    assert enough_data(CPU_OVERRIDES, 4) == ["training_dataset_size=8"]
+    assert enough_data((), 110) == ["training_dataset_size=880"]  # 8 groups a step, past the config's 800
 
 
 def test_a_move_whose_model_is_not_the_one_seed_1_trained_on_is_refused_before_anything_is_unbundled(
@@ -64,3 +71,14 @@ def test_a_move_whose_model_is_not_the_one_seed_1_trained_on_is_refused_before_a
     assert not fresh.runs.exists() and not fresh.model.exists()
     with pytest.raises(ProofFailed, match="no learning-bench move"):
         resume_seed(fresh, tmp_path / "nothing", 1, ["0"])
+
+
+def test_resume_from_a_folder_that_is_no_move_is_a_one_line_error_with_exit_2_and_nothing_made(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    work = tmp_path / "work"
+    assert bench.main(["resume", "--work", str(work), "--move", str(tmp_path / "nothing"), "--gpus", "0"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"learning_curve.py: error: --move {tmp_path / 'nothing'} is no learning-bench move (no "
+                    f"{MODEL_HASHES} or bundle/ in it): accepted the WORK/move folder bench/learning_curve.py "
+                    "start wrote")
+    assert not work.exists()
