@@ -11,6 +11,7 @@ model from the same weights on the same draws of the warm-up's conversations (``
 inbox-mix``, loss on the assistant turns). A step's cost is the slope: (seconds of 2N steps -
 seconds of N) / N, so what a training pays once (the table, the optimizer's state) is apart, and
 printed as the intercept. Each variant is measured ``--rounds`` times, alternating; the median.
+First, the batches alone (no model, 20 N steps): the host work a step the device table removes.
 
 Without MODEL it makes its own: synthetic inboxes (make-inboxes' generator, seed 3) staged in a
 temporary folder and the learning-curve bench's model size (make-model --size inbox). Needs torch
@@ -85,6 +86,28 @@ def slope(loop: Callable[..., list[float]], model: Any, steps: int, **kwargs: An
     return per_step, short - steps * per_step
 
 
+def batch_ms(examples: list[Example], pad_id: int, batch_size: int, steps: int, device: str) -> dict[str, float]:
+    """Milliseconds a step of making the batches alone, no model: the host collate and copy against
+    the device gather (its table built once, timed apart)."""
+    import torch
+
+    from trainer.staging.warmup_batches import DeviceBatches
+
+    def timed(make: Callable[[], Any]) -> float:
+        began = time.perf_counter()
+        made = make()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        del made
+        return time.perf_counter() - began
+
+    old = timed(lambda: [collate(batch, pad_id, device) for batch in batches(examples, batch_size, steps, 0)])
+    table: list[DeviceBatches] = []
+    built = timed(lambda: table.append(DeviceBatches(examples, pad_id, device)))
+    new = timed(lambda: list(table[0].batches(batch_size, steps, 0)))
+    return {"old": 1000 * old / steps, "new": 1000 * new / steps, "table": built}
+
+
 def made_inputs(folder: Path) -> tuple[Path, Path]:
     """Synthetic inboxes staged in ``folder`` and the bench's model size made on them."""
     from trainer.data import main as data_main
@@ -108,6 +131,9 @@ def measure(args: argparse.Namespace, model_dir: Path, data_dir: Path, say=print
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).to(args.device)
     common = dict(examples=examples, pad_id=tokenizer.pad_token_id, batch_size=args.batch_size, seed=0,
                   device=args.device, precision=args.precision)
+    prep = batch_ms(examples, tokenizer.pad_token_id, args.batch_size, 20 * args.steps, args.device)
+    say(f"batches alone ({20 * args.steps} steps, no model): old {prep['old']:.3f} ms a step, new {prep['new']:.3f} ms "
+        f"a step (its table built once in {prep['table']:.1f} s): new/old {prep['new'] / prep['old']:.3f}")
     say(f"{len(examples)} conversations, batches of {args.batch_size} on {args.device} in {args.precision}; "
         f"slope of {args.steps} and {2 * args.steps} steps, {args.rounds} round(s)")
     found: dict[str, list[tuple[float, float]]] = {"old": [], "new": []}
