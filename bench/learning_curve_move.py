@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bench.gpu_proof_kit import Process, ProofFailed, Work, after_steps, check_consecutive, run_together
 from hpc.errors import UsageError
+from hpc.job.workload_env import HPC_SIGNAL_GRACE, HPC_VLLM_PORT
 
 MOVED_RUN = "seed1"
 PART_MIB = 15  # a part small enough to come back from a lent machine as a plain file
@@ -109,7 +110,7 @@ def resume_seed(work: Work, move: Path, steps: int, gpus: list[str], extra: tupl
     argv = ["-m", "trainer.train", "--config", CONFIG, *spec.overrides(work.model, gpu_mode(gpus)), *extra,
             *enough_data(extra, step + steps)]
     process = Process(run, f"{MOVED_RUN}-resumed", argv, until=after_steps(run, steps),
-                      env={"HPC_VLLM_PORT": str(spec.port), "HPC_SIGNAL_GRACE": "0", **env})
+                      env={HPC_VLLM_PORT: str(spec.port), HPC_SIGNAL_GRACE: "0", **env})
     [(code, log, seconds)] = run_together([process], timeout=3600)
     return lines + [f"{MOVED_RUN} resumed: exit {code} after {seconds:.0f} s"] + continued(run, before, step, steps)
 
