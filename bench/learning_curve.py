@@ -24,8 +24,9 @@ On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no downlo
 4. scripted: that policy on the validation questions with the real tools (its accuracy is
    the scripted starting point);
 5. runs: ``trainer.train --config learning_curve`` with ART's LocalBackend, side by side: seeds
-   1 and 2, and a control identical to seed 1 but for learning_rate 0, started at once (each vLLM's
-   KV cache is fixed, so none profiles the GPU's memory while another sleeps or wakes). Each validates on the
+   1 and 2 started at once, and a control identical to seed 1 but for learning_rate 0 started once
+   both registered (each vLLM's KV cache is fixed, so none profiles the GPU's memory while another
+   sleeps or wakes). Each validates on the
    held-out questions at step 0 and every ``eval_steps`` steps. The judge is the GPU proof's
    string match (every word of the reference in the answer) served on loopback by
    tests/doubles/openai_server.py: the trainer's own judge code path (litellm, cache, retries)
@@ -35,7 +36,9 @@ On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no downlo
 6. collect: ``docs/results/learning_curve.json`` from the runs' validation records and
    ``learning_curve.png`` from the JSON, and the targets, met or not: every seed rises at
    least 20 points from its first to its last point with 95% (Wilson) intervals apart, the
-   control less than 5.
+   control less than 5;
+7. move: seed 1's run bundled (``hpc.run.bundle``) into WORK/move with the base model and its
+   sha256s, for ``resume`` to continue it on another machine (bench/learning_curve_move.py).
 
 ``--minutes`` bounds the whole: the runs get the job end time that makes the trainer stop at a
 step boundary before it (exit 75), then whatever is still running gets SIGUSR1; the results
