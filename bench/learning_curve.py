@@ -126,12 +126,14 @@ RESULTS = REPO / "docs" / "results"
 # seeds' 5.2 and 5.4, the control's 9.5 beside them); a validation of 300 questions 17 s. One H200,
 # 2026-11-28: two float32 warm-ups on one GPU 72 ms a step each (43 ms alone). One H100, 2026-11-27:
 # three runs registering at once 292 s, one alone 90-105 s. ESTIMATES: a warm-up step with each batch
-# gathered on the device and AdamW fused (trainer/staging/warmup.py; bench/warmup_step.py measures it
-# against the host-collated step) kept at the measured 30 ms until a GPU run measures it; two bf16
-# warm-ups on one GPU 54 ms each (1.8 times alone, as in float32); the two seeds registering at once,
+# gathered on the device and AdamW fused (trainer/staging/warmup_batches.py; bench/warmup_step.py
+# measures it against the host-collated step) 24 ms, between 18 ms (the step bound by the host, less
+# the collate that took 12-16 ms a step on this project's CPU) and the measured 30 ms (bound by the GPU:
+# two float32 warm-ups on one GPU took 72 ms a step each against 43 alone); two bf16 warm-ups on one
+# GPU 1.8 times alone each (as in float32); the two seeds registering at once,
 # the control after them, 206 s (as three at once); a shared step of three runs on one GPU 12 s; collect
 # 10 s (a margin: 2 s measured).
-ESTIMATE = {"data": 8, "model_fixed": 54, "warmup_step_alone": 0.030, "warmup_step_two": 0.054,
+ESTIMATE = {"data": 8, "model_fixed": 54, "warmup_step_alone": 0.024, "warmup_step_two": 0.0432,
             "first_turns": 21, "scripted": 1, "register": 206, "validation": 17, "step_shared": 12.0,
             "step_dedicated": 5.9, "collect": 10}
 CURVE_STEPS = 100  # the issue's target: steps of each run within one lease
@@ -201,13 +203,19 @@ class Plan:
         """Seconds the runs get once registered (as run_all's deadline leaves them)."""
         return self.minutes * 60 - ESTIMATE["collect"] - SIGNAL_WAIT - BOUNDARY_MARGIN - self.before
 
-    @property
-    def blocks(self) -> int:
-        return max(0, int((self.budget - ESTIMATE["validation"]) // self.per_block))
+    def seconds_for(self, steps: int) -> float:
+        """Seconds the runs need for ``steps`` steps and the validations due by then (step 0's and
+        every ``eval_steps``')."""
+        return steps * self.step + (steps // self.eval_steps + 1) * ESTIMATE["validation"]
 
     @property
     def steps(self) -> int:
-        return min(self.total_steps, self.blocks * self.eval_steps)
+        """The steps trained before the deadline: a run steps on after its last validation until the
+        deadline stops it, so not only whole blocks of ``eval_steps`` count; the config's total at most."""
+        fit = 0
+        while fit < self.total_steps and self.seconds_for(fit + 1) <= self.budget:
+            fit += 1
+        return fit
 
     @property
     def validations(self) -> list[int]:
@@ -298,7 +306,7 @@ def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS
         f"            {CURVE_STEPS} steps need a step every {plan.step_needed():.1f} s or less (the "
         f"{CURVE_STEPS // plan.eval_steps + 1} validations aside); planned {plan.step:g} s",
         f"  collect   {RESULTS.relative_to(REPO)}/learning_curve.json and .png: ~{ESTIMATE['collect']} s",
-        f"expected total ~{(plan.before + ESTIMATE['validation'] + plan.blocks * plan.per_block + ESTIMATE['collect']) / 60:.1f} "
+        f"expected total ~{(plan.before + plan.seconds_for(plan.steps) + ESTIMATE['collect']) / 60:.1f} "
         f"min of {minutes:g}",
     ]
 
