@@ -6,6 +6,7 @@
     .venv/bin/python -m bench.learning_curve run    [--gpus 0] [--minutes 20]     # the same in the foreground
     .venv/bin/python -m bench.learning_curve collect [--out DIR]                 # the JSON and picture, now
     .venv/bin/python -m bench.learning_curve plot JSON [--png PNG]               # redraw the picture from the JSON
+    .venv/bin/python -m bench.learning_curve resume [--move DIR] [--steps 10]    # seed 1 continued from start's bundle
 
 On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no download:
 
@@ -23,8 +24,9 @@ On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no downlo
 4. scripted: that policy on the validation questions with the real tools (its accuracy is
    the scripted starting point);
 5. runs: ``trainer.train --config learning_curve`` with ART's LocalBackend, side by side: seeds
-   1 and 2, and a control identical to seed 1 but for learning_rate 0, started at once (each vLLM's
-   KV cache is fixed, so none profiles the GPU's memory while another sleeps or wakes). Each validates on the
+   1 and 2 started at once, and a control identical to seed 1 but for learning_rate 0 started once
+   both registered (each vLLM's KV cache is fixed, so none profiles the GPU's memory while another
+   sleeps or wakes). Each validates on the
    held-out questions at step 0 and every ``eval_steps`` steps. The judge is the GPU proof's
    string match (every word of the reference in the answer) served on loopback by
    tests/doubles/openai_server.py: the trainer's own judge code path (litellm, cache, retries)
@@ -34,7 +36,9 @@ On a GPU node after ``bash setup.sh`` (or ``--from-wheelhouse``), with no downlo
 6. collect: ``docs/results/learning_curve.json`` from the runs' validation records and
    ``learning_curve.png`` from the JSON, and the targets, met or not: every seed rises at
    least 20 points from its first to its last point with 95% (Wilson) intervals apart, the
-   control less than 5.
+   control less than 5;
+7. move: seed 1's run bundled (``hpc.run.bundle``) into WORK/move with the base model and its
+   sha256s, for ``resume`` to continue it on another machine (bench/learning_curve_move.py).
 
 ``--minutes`` bounds the whole: the runs get the job end time that makes the trainer stop at a
 step boundary before it (exit 75), then whatever is still running gets SIGUSR1; the results
@@ -102,21 +106,25 @@ WARMUP_STEPS = 6000  # --warmup_steps: 96,000 draws from 5,400 conversations (2,
 FIRST_TURN_QUESTIONS = 200  # questions the first-turns stages sample, of each split (trainer.staging.first_turns)
 MIN_GOOD_SEARCHES = 0.02  # below this share of good first searches RL has nothing to reinforce: no run starts
 RESULTS = REPO / "docs" / "results"
-# Planning figures in seconds (docs/training.md), each from a measurement unless marked an estimate;
-# `status` and `collect` print each beside what this bench measured (timing_lines), so the next plan
-# starts from the last run's. Measured by this bench: the data 7-14 s (H100, H200); make-model, the
-# scripts and the first turns of both recipes, all but the warm-ups' steps, about 45 s; three runs
-# registering at once on one H100 292 s (one alone: 90-105 s; two at once on two H100s 203-218 s); a
-# dedicated step 5.0-5.3 s (median; the control's, sharing both GPUs with the seeds, 9.0 s) and a
-# validation of 300 held-out questions 16-17 s (two H100s, 2026-11-27). The warm-ups' steps in float32,
-# one a GPU, 43 ms (H200: 6000 steps in 257 s), two on one GPU 72 ms each (H200, 2026-11-28: 474 s for
-# 600 + 6000); in bf16 with the per-step sync and the padding mask gone (trainer/staging/warmup.py), an
-# ESTIMATE, not yet measured: 10 ms alone, 18 ms two on one GPU. A step of three runs in shared mode on one
-# GPU: an ESTIMATE of 12 s (the GPU proof's 27 s was a model 6 times as large, vLLM with 0.75 of the GPU to
-# wake each step where this one has a fixed 2 GiB).
-ESTIMATE = {"data": 15, "model_fixed": 45, "warmup_step_alone": 0.010, "warmup_step_two": 0.018,
-            "first_turns": 30, "scripted": 5, "register": 292, "validation": 20, "step_shared": 12.0,
-            "step_dedicated": 9.0, "collect": 10}
+# Planning figures in seconds, each measured unless marked an ESTIMATE; `status` and `collect` print each
+# beside what this bench measured (timing_lines). Two H200s, 2026-11-28 (`start --gpus 0,1 --minutes 21`;
+# docs/results/learning_curve_runs/2026-11-28-2xH200): data 7.1 s; the model stage 253 s, of which each
+# warm-up's 6,600 optimizer steps 198-201 s (30 ms a step, bf16, one a GPU) and the rest (make-model, the
+# warm-ups' loading and tokenising, both recipes' first turns) 54 s; first turns 21.3 s; scripted 0.6 s;
+# three runs registering at once 206 s; a dedicated step 5.9 s (median of the three runs' steps: the
+# seeds' 5.2 and 5.4, the control's 9.5 beside them); a validation of 300 questions 17 s. One H200,
+# 2026-11-28: two float32 warm-ups on one GPU 72 ms a step each (43 ms alone). One H100, 2026-11-27:
+# three runs registering at once 292 s, one alone 90-105 s. ESTIMATES: a warm-up step with each batch
+# gathered on the device and AdamW fused (trainer/staging/warmup_batches.py; bench/warmup_step.py
+# measures it against the host-collated step) 24 ms, between 18 ms (the step bound by the host, less
+# the collate that took 12-16 ms a step on this project's CPU) and the measured 30 ms (bound by the GPU:
+# two float32 warm-ups on one GPU took 72 ms a step each against 43 alone); two bf16 warm-ups on one
+# GPU 1.8 times alone each (as in float32); the two seeds registering at once,
+# the control after them, 206 s (as three at once); a shared step of three runs on one GPU 12 s; collect
+# 10 s (a margin: 2 s measured).
+ESTIMATE = {"data": 8, "model_fixed": 54, "warmup_step_alone": 0.024, "warmup_step_two": 0.0432,
+            "first_turns": 21, "scripted": 1, "register": 206, "validation": 17, "step_shared": 12.0,
+            "step_dedicated": 5.9, "collect": 10}
 CURVE_STEPS = 100  # the issue's target: steps of each run within one lease
 MIN_POINTS = 2  # a curve needs a first and a last held-out point
 SIGNAL_WAIT = 60  # after the deadline: SIGUSR1, then this long for the step being trained to be saved (5-12 s a step)
@@ -184,13 +192,19 @@ class Plan:
         """Seconds the runs get once registered (as run_all's deadline leaves them)."""
         return self.minutes * 60 - ESTIMATE["collect"] - SIGNAL_WAIT - BOUNDARY_MARGIN - self.before
 
-    @property
-    def blocks(self) -> int:
-        return max(0, int((self.budget - ESTIMATE["validation"]) // self.per_block))
+    def seconds_for(self, steps: int) -> float:
+        """Seconds the runs need for ``steps`` steps and the validations due by then (step 0's and
+        every ``eval_steps``')."""
+        return steps * self.step + (steps // self.eval_steps + 1) * ESTIMATE["validation"]
 
     @property
     def steps(self) -> int:
-        return min(self.total_steps, self.blocks * self.eval_steps)
+        """The steps trained before the deadline: a run steps on after its last validation until the
+        deadline stops it, so not only whole blocks of ``eval_steps`` count; the config's total at most."""
+        fit = 0
+        while fit < self.total_steps and self.seconds_for(fit + 1) <= self.budget:
+            fit += 1
+        return fit
 
     @property
     def validations(self) -> list[int]:
@@ -268,19 +282,20 @@ def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS
         f"  scripted  the warm-up's policy on the {config['val_set_size']} validation questions: ~{ESTIMATE['scripted']} s",
         "  runs      " + "; ".join(f"{r.name} (seed {r.seed}{', lr 0' if r.learning_rate == 0 else ''}, "
                                     f"CUDA_VISIBLE_DEVICES={r.devices})" for r in runs),
-        "            side by side, started at once: "
-        + ("each vLLM's KV cache is fixed (vllm_kv_cache_gb), so none profiles the GPU's memory"
+        "            side by side: "
+        + ("the seeds at once, the control once they registered; each vLLM's KV cache is fixed "
+           "(vllm_kv_cache_gb), so none profiles the GPU's memory"
            if config["vllm_kv_cache_gb"] else "runs whose vLLMs share a GPU register one after the other"),
         f"            config {CONFIG}: lr {config['learning_rate']:g}, {config['groups_per_step']} groups x "
         f"{config['trajectories_per_group']} rollouts a step, {plan.total_steps} steps, validation on "
         f"{config['val_set_size']} held-out questions at step 0 and every {config['eval_steps']}",
-        f"            register ~{ESTIMATE['register']} s (all three), a step ~{plan.step:g} s, a validation "
+        f"            register ~{ESTIMATE['register']} s (the seeds; the control after them), a step ~{plan.step:g} s, a validation "
         f"~{ESTIMATE['validation']} s",
         f"            expected before the deadline: ~{plan.steps} steps, validations at {plan.validations}",
         f"            {CURVE_STEPS} steps need a step every {plan.step_needed():.1f} s or less (the "
         f"{CURVE_STEPS // plan.eval_steps + 1} validations aside); planned {plan.step:g} s",
         f"  collect   {RESULTS.relative_to(REPO)}/learning_curve.json and .png: ~{ESTIMATE['collect']} s",
-        f"expected total ~{(plan.before + ESTIMATE['validation'] + plan.blocks * plan.per_block + ESTIMATE['collect']) / 60:.1f} "
+        f"expected total ~{(plan.before + plan.seconds_for(plan.steps) + ESTIMATE['collect']) / 60:.1f} "
         f"min of {minutes:g}",
     ]
 
@@ -432,13 +447,17 @@ def registered_or_ended(work: Work, name: str, process: Process) -> Callable[[],
 def start_conditions(work: Work, gpus: list[str], processes: list[Process],
                      fixed_cache: bool | None = None) -> list[Callable[[], bool]]:
     """When each run may start. With each vLLM's KV cache fixed (``vllm_kv_cache_gb``; None: as the
-    config says) all at once: no vLLM profiles the GPU's memory, so none can see another run's vLLM
-    sleep or wake during it (on one H200, 2026-11-28, the control's vLLM refused to start so: "Initial
-    free memory 114.29 GiB, current free memory 134.64 GiB"). Otherwise each run starts once every
-    earlier run whose vLLM shares its GPU has registered (or ended)."""
-    if (config_values()["vllm_kv_cache_gb"] is not None) if fixed_cache is None else fixed_cache:
-        return [lambda: True for _ in processes]
+    config says) the seeds at once: no vLLM profiles the GPU's memory, so none can see another run's
+    vLLM sleep or wake during it (on one H200, 2026-11-28, the control's vLLM refused to start so:
+    "Initial free memory 114.29 GiB, current free memory 134.64 GiB"); the control once both seeds
+    registered (or ended): the seeds' registrations are not slowed by a third (three at once took 206 s
+    on two H200s, one alone 90-105 s on an H100), and the control needs only its validations. Otherwise
+    each run starts once every earlier run whose vLLM shares its GPU has registered (or ended)."""
     specs = run_specs(gpus)
+    if (config_values()["vllm_kv_cache_gb"] is not None) if fixed_cache is None else fixed_cache:
+        seeds = [registered_or_ended(work, spec.name, process) for spec, process in zip(specs, processes)
+                 if spec.name != CONTROL]
+        return [(lambda: all(seed() for seed in seeds)) if spec.name == CONTROL else (lambda: True) for spec in specs]
     conditions = []
     for index, spec in enumerate(specs):
         earlier = [registered_or_ended(work, other.name, process) for other, process in
@@ -447,10 +466,34 @@ def start_conditions(work: Work, gpus: list[str], processes: list[Process],
     return conditions
 
 
+STARTS_FILE = "run_starts.json"  # in WORK: when each run's process was started, for its registration's seconds
+
+
+def noting_start(work: Work, name: str, condition: Callable[[], bool]) -> Callable[[], bool]:
+    """``condition``, and the time it first holds (the run is started then) kept in WORK/run_starts.json."""
+    def ready() -> bool:
+        if not condition():
+            return False
+        path = work.root / STARTS_FILE
+        starts = json.loads(path.read_text()) if path.is_file() else {}
+        if name not in starts:
+            path.write_text(json.dumps({**starts, name: time.time()}) + "\n")
+        return True
+    return ready
+
+
+def run_starts(work: Work) -> dict[str, float]:
+    path = work.root / STARTS_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def train_runs(work: Work, gpus: list[str], deadline: float, extra: tuple[str, ...] = (), **env: str) -> list[str]:
     processes = trainers(work, gpus, deadline, extra, **env)
+    (work.root / STARTS_FILE).unlink(missing_ok=True)
+    conditions = [noting_start(work, spec.name, condition)
+                  for spec, condition in zip(run_specs(gpus), start_conditions(work, gpus, processes))]
     try:
-        ended = run_when_ready(processes, start_conditions(work, gpus, processes),
+        ended = run_when_ready(processes, conditions,
                                timeout=deadline - time.time() + SIGNAL_WAIT)
     except ProofFailed as error:  # still running past the deadline and the wait: killed; what was saved stays
         return [f"stopped: {error}"]
@@ -571,21 +614,40 @@ def median(values: list[float]) -> float | None:
     return None if not ordered else (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
 
 
-def run_seconds(work: Work, gpus: list[str], runs_began: float | None) -> dict[str, list[float]]:
-    """The runs' measured figures: each one's registration (from the runs stage's start to its
-    start-up record), its steps' and its validations' seconds."""
-    measured: dict[str, list[float]] = {"register": [], "backend": [], "step": [], "validation": [], "steps": []}
+@dataclass
+class RunFigures:
+    """The runs' measured figures: each one's registration (from its process's start, else the runs
+    stage's, to its start-up record) and backend start-up with its phases, the seeds' steps."""
+
+    register: dict[str, float]
+    backend: dict[str, float]
+    phases: dict[str, dict]
+    step: list[float]
+    validation: list[float]
+    steps: dict[str, float]
+
+
+def run_seconds(work: Work, gpus: list[str], runs_began: float | None) -> RunFigures:
+    figures, starts = RunFigures({}, {}, {}, [], [], {}), run_starts(work)
     for spec in run_specs(gpus):
         run = work.for_run(spec.name).run
-        startups = run.read_startups()
-        if startups and runs_began is not None:
-            measured["register"].append(datetime.fromisoformat(startups[0]["time"]).timestamp() - runs_began)
-            measured["backend"].append(float(startups[0]["seconds"]))
+        startups, began = run.read_startups(), starts.get(spec.name, runs_began)
+        if startups and began is not None:
+            figures.register[spec.name] = datetime.fromisoformat(startups[0]["time"]).timestamp() - began
+            figures.backend[spec.name] = float(startups[0]["seconds"])
+            figures.phases[spec.name] = startups[0].get("phases") or {}
         steps = run.read_steps()
-        measured["step"] += [float(step["seconds"]) for step in steps if "seconds" in step]
-        measured["validation"] += [float(v["seconds"]) for v in run.read_validations() if "seconds" in v]
-        measured["steps"].append(float(len(steps)))
-    return measured
+        figures.step += [float(step["seconds"]) for step in steps if "seconds" in step]
+        figures.validation += [float(v["seconds"]) for v in run.read_validations() if "seconds" in v]
+        figures.steps[spec.name] = float(len(steps))
+    return figures
+
+
+def phase_line(name: str, phases: dict) -> str:
+    """A run's start-up phases (trainer/training/startup_phases.py) and vLLM's own longest figures."""
+    split = ", ".join(f"{k} {v:.0f} s" for k, v in phases.items() if isinstance(v, (int, float)))
+    own = sorted(phases.get("vllm_reported") or [], key=lambda r: -float(r.get("seconds", 0)))[:3]
+    return f"    {name}: {split or 'no phases recorded'}" + "".join(f"; vLLM: {r['line']}" for r in own)
 
 
 def compared(name: str, predicted: float, measured: float | None, unit: str = "s") -> str:
@@ -611,13 +673,17 @@ def timing_lines(work: Work, gpus: list[str]) -> list[str]:
     lines += [compared(name, predicted[name], stages.get(name)) for name in ("data", "model", "first turns", "scripted")]
     lines += [compared(f"warm-up step ({recipe})", predicted["warmup step"], ms, "ms")
               for recipe, ms in warmup_step_ms(work).items()]
-    lines.append(compared("register (the slowest run)", predicted["register"], max(runs["register"], default=None)))
-    if runs["backend"]:  # the rest is the process's start: imports, config, data, the judge's preflight
-        lines.append("    of which the backend's start (Unsloth, then vLLM), by the trainers' startups.jsonl: "
-                     + ", ".join(f"{seconds:.0f} s" for seconds in runs["backend"]))
-    lines += [compared(f"{name} (median)", predicted[name], median(runs[name])) for name in ("step", "validation")]
-    return lines + [compared("steps reached (the fewest)", predicted["steps"], min(runs["steps"], default=None),
-                             "steps")]
+    seeds = [spec.name for spec in run_specs(gpus) if spec.name != CONTROL]
+    lines.append(compared("register (the slowest seed)", predicted["register"],
+                          max((runs.register[name] for name in seeds if name in runs.register), default=None)))
+    if runs.register:  # from each process's own start; the rest of it is imports, config, data, the preflight
+        lines.append("    each run's, from its own start: " + ", ".join(
+            f"{name} {seconds:.0f} s (backend {runs.backend[name]:.0f} s)" for name, seconds in runs.register.items()))
+        lines += [phase_line(name, phases) for name, phases in runs.phases.items()]
+    lines += [compared(f"{name} (median)", predicted[name], median(getattr(runs, name))) for name in ("step", "validation")]
+    reached = [runs.steps[name] for name in seeds if name in runs.steps]
+    return lines + [compared("steps reached (the fewest seed)", predicted["steps"], min(reached, default=None), "steps")] + (
+        [f"  the control: {runs.steps[CONTROL]:.0f} steps"] if CONTROL in runs.steps else [])
 
 
 def validation_breakdown(run: RunDir, summary: dict) -> str:
@@ -674,7 +740,7 @@ def json_file(text: str) -> Path:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("plan", "start", "run", "status", "collect", "plot"))
+    parser.add_argument("command", choices=("plan", "start", "run", "status", "collect", "plot", "resume"))
     parser.add_argument("json", nargs="?", type=json_file, help="plot: the JSON to draw")
     parser.add_argument("--work", type=Path, default=Path("/tmp/learning-curve"), help="the bench's folder (kept)")
     parser.add_argument("--gpus", type=lambda text: gpu_list(text, most=2), default=None,
@@ -687,6 +753,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--png", type=Path, default=None, help="plot: the picture to write (default: beside the JSON)")
     parser.add_argument("--warmup_steps", type=positive, default=WARMUP_STEPS,
                         help=f"the warm-up's steps of {WARMUP['batch_size']} conversations (default {WARMUP_STEPS})")
+    parser.add_argument("--move", type=Path, default=None,
+                        help="resume: the folder start's move stage wrote (default WORK/move)")
+    parser.add_argument("--steps", type=positive, default=10, help="resume: seed 1's steps to train after the move")
     args = parser.parse_args(argv)
     if args.command == "plot" and args.json is None:
         parser.error("plot needs the JSON to draw: python -m bench.learning_curve plot docs/results/learning_curve.json")
@@ -732,8 +801,49 @@ def run_all(args: argparse.Namespace) -> int:
     lines, met = collect(work, args.out or RESULTS, args.gpus)
     for line in lines:
         say(f"  {line}")
+    stage(work, "move")
+    for line in move_lines(work):
+        say(f"  {line}")
     stage(work, f"done in {(time.time() - began) / 60:.1f} min")
     return 0 if met else 1
+
+
+def move_lines(work: Work) -> list[str]:
+    """Seed 1 bundled for a move (bench/learning_curve_move.py); a bundle that cannot be made is said,
+    and the results already written stay."""
+    from bench.learning_curve_move import bundle_seed
+    from hpc.errors import UsageError
+
+    try:
+        return bundle_seed(work)
+    except (ProofFailed, UsageError, OSError) as error:
+        return [f"seed 1 not bundled: {' '.join(str(error).split())[:300]}"]
+
+
+def resume(args: argparse.Namespace) -> int:
+    """``resume``: seed 1 continued here from a move folder for ``--steps`` steps, then checked."""
+    from bench.learning_curve_move import move_folder, move_problem, resume_seed
+    from trainer.proof.loopback_openai import OpenAIServer
+
+    move = args.move or move_folder(Work(args.work))
+    problem = move_problem(move)
+    if problem is not None:  # nothing made or started
+        print(f"bench.learning_curve: error: {problem}", file=sys.stderr)
+        return 2
+    args.work.mkdir(parents=True, exist_ok=True)
+    with OpenAIServer(string_match_verdict) as judge:
+        work = Work(args.work, judge.base_url)
+        try:
+            if not work.data.is_dir():
+                for line in make_data(work):
+                    say(f"  {line}")
+            lines = resume_seed(work, move, args.steps, args.gpus)
+        except ProofFailed as error:
+            print(f"bench.learning_curve: error: {' '.join(str(error).split())}", file=sys.stderr)
+            return 1
+    for line in lines:
+        say(line)
+    return 0
 
 
 def start(args: argparse.Namespace, argv: list[str]) -> int:
@@ -752,12 +862,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             say(f"wrote {redraw(args.json, args.png or args.json.with_suffix('.png'))}")
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:  # not the bench's JSON, a bad --png
-            print(f"learning_curve.py: error: cannot draw {args.json}: {type(error).__name__}: "
+            print(f"bench.learning_curve: error: cannot draw {args.json}: {type(error).__name__}: "
                   f"{' '.join(str(error).split())[:200]}", file=sys.stderr)
             return 2
         return 0
     args.gpus = args.gpus or default_gpus()
     work = Work(args.work)
+    if args.command == "resume":
+        return resume(args)
     if args.command == "collect":
         lines, met = collect(work, args.out, args.gpus)
         for line in lines:
@@ -771,7 +883,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     problem = too_short(plan_of(args.gpus, args.minutes, args.warmup_steps))
     if problem is not None:
-        print(f"learning_curve.py: error: {problem}", file=sys.stderr)
+        print(f"bench.learning_curve: error: {problem}", file=sys.stderr)
         return 2
     return start(args, argv) if args.command == "start" else run_all(args)
 

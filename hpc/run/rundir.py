@@ -16,7 +16,7 @@ Layout of ``<runs_dir>/<job_name>/``::
     progress.json           written by the trainer after every step (atomic rename)
     steps.jsonl             one record per trained step (times, reward, spread, job id): reports, accounting
     stops.jsonl             one record per workload stop: boundary | signal | finished, lost rollout-seconds; hpc/job/deadline.py
-    startups.jsonl          one record per training-backend start-up (seconds to registered, job id); hpc/job/deadline.py
+    startups.jsonl          one record per training-backend start-up (seconds to registered, job id, phases); hpc/job/deadline.py
     validation.jsonl        one record per completed validation (step, summary); trainer/training/validation.py
     validation/step_NNNN.jsonl   that validation's per-question records
     evaluations/<split>/<model>/  records.jsonl + summary.json of `python -m trainer.eval`
@@ -323,12 +323,12 @@ class RunDir:
     def startups_file(self) -> Path:
         return self.path / "startups.jsonl"
 
-    def append_startup(self, seconds: float) -> None:
+    def append_startup(self, seconds: float, phases: dict[str, Any] | None = None) -> None:
         """How long a job's training backend took to start (constructed to registered: the model
-        loaded, vLLM up), with the job and the time; the next jobs predict their start-up from it."""
-        append_jsonl(self.startups_file, {"seconds": round(seconds, 3),
-                                          "job_id": os.environ.get("SLURM_JOB_ID", "local"), "time": utc_now()},
-                     self.path)
+        loaded, vLLM up), with the job and the time; the next jobs predict their start-up from it.
+        ``phases``: where those seconds went (trainer/training/startup_phases.py)."""
+        record = {"seconds": round(seconds, 3), "job_id": os.environ.get("SLURM_JOB_ID", "local"), "time": utc_now()}
+        append_jsonl(self.startups_file, {**record, **({"phases": phases} if phases else {})}, self.path)
 
     def read_startups(self) -> list[dict[str, Any]]:
         """Recorded start-ups, oldest first (a torn last line is dropped, a bad one skipped)."""

@@ -43,6 +43,7 @@ from trainer.staging.data import data_paths, default_data_dir
 from trainer.staging.first_calls import first_calls
 from trainer.staging.inbox_policy import GOOD_SHARE, mixed
 from trainer.staging.scripted_moves import opening, play
+from trainer.staging.warmup_batches import DeviceBatches
 
 if TYPE_CHECKING:
     from trainer.agent.scenarios import Scenario
@@ -194,7 +195,7 @@ def distinct(conversations: list[list[dict[str, Any]]]) -> list[list[dict[str, A
 
 
 def batches(examples: list[Example], size: int, steps: int, seed: int):  # -> Iterator[list[Example]]
-
+    """``steps`` batches of ``size`` examples drawn with ``seed`` (the draws DeviceBatches repeats)."""
     rng = random.Random(seed)
     for _ in range(steps):
         yield [rng.choice(examples) for _ in range(size)]
@@ -240,18 +241,18 @@ def reported(step: int, steps: int) -> bool:
 
 def train(model: Any, examples: list[Example], pad_id: int, *, steps: int, batch_size: int, learning_rate: float,
           seed: int, device: str, say=print, after_step=None, precision: str = "float32") -> list[float]:
-    """AdamW on batches drawn from ``examples``; ``after_step(step, loss)``, if given, runs after each
-    step (bench/warmup_copy.py measures there). The losses stay on the device until printed or
-    returned: reading one back each step made the CPU wait for the GPU's step before it could
-    prepare the next batch."""
+    """AdamW on batches drawn from ``examples`` (gathered on the device: DeviceBatches);
+    ``after_step(step, loss)``, if given, runs after each step (bench/warmup_copy.py measures there).
+    The losses stay on the device until printed or returned: reading one back each step made the CPU
+    wait for the GPU's step before it could queue the next."""
     import torch  # torch only in the warm-up's steps, not at --help
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    optimizer = adamw(model, learning_rate, device)
     model.train()
     losses = []
-    for step, batch in enumerate(batches(examples, batch_size, steps, seed), start=1):
+    for step, batch in enumerate(DeviceBatches(examples, pad_id, device).batches(batch_size, steps, seed), start=1):
         with autocast(device, precision):
-            loss = model(**collate(batch, pad_id, device)).loss
+            loss = model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -262,6 +263,14 @@ def train(model: Any, examples: list[Example], pad_id: int, *, steps: int, batch
         if after_step is not None:
             after_step(step, losses[-1].item())
     return torch.stack(losses).float().tolist() if losses else []
+
+
+def adamw(model: Any, learning_rate: float, device: str) -> Any:
+    """AdamW; on CUDA its fused kernel (one launch a step for all parameters, where the default
+    launches several per parameter group): the same update up to float order."""
+    import torch
+
+    return torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0, fused=device == "cuda")
 
 
 def tool_call_rate(model: Any, tokenizer: Any, conversations: list[list[dict[str, Any]]], device: str) -> float:

@@ -13,9 +13,11 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from trainer.staging.model_cache import offline_cache_problem
+from trainer.training import startup_phases
 from trainer.training.config import TrainerConfig, one_line, vllm_engine_args
 from trainer.training.environment import Paths, metrics_reporters
 from trainer.training.exits import BackendDidNotStart, SetupError
@@ -105,16 +107,39 @@ async def start_backend(config: TrainerConfig, paths: Paths,
     began = time.monotonic()
     backend = backend_class(config.backend)(path=str(paths.art_path))
     resources.push_async_callback(backend.close)
+    constructed = time.monotonic()
     log.info("backend: %s.%s at %s", type(backend).__module__, type(backend).__name__, paths.art_path)
     model = build_model(config, paths.run_name, metrics_reporters(os.environ))
     log.info("model built: %s (run %s, base %s, gpu_mode %s); registering with the backend",
              model.name, model.run_name, model.base_model, config.gpu_mode)
-    await register(model, backend)
-    seconds = time.monotonic() - began
-    paths.run_dir.append_startup(seconds)
-    log.info("registered: inference at %s as %s (start-up %.1fs)", model.inference_base_url,
-             model.inference_model_name, seconds)
+    registering, vllm_log = time.monotonic(), vllm_log_path(model, paths)
+    watch = startup_phases.LogWatch(vllm_log, time.time()).start() if vllm_log else None
+    try:
+        await register(model, backend)
+    finally:
+        if watch is not None:
+            watch.stop()
+    registered = time.monotonic()
+    seen = vllm_log is not None and watch is not None and watch.seen is not None
+    phases = startup_phases.phases(began, constructed, registering, registered, watch,
+                                   startup_phases.read_log(vllm_log) if seen and vllm_log else None)
+    paths.run_dir.append_startup(registered - began, phases)
+    log.info("registered: inference at %s as %s (start-up %.1fs: %s)", model.inference_base_url,
+             model.inference_model_name, registered - began,
+             ", ".join(f"{k} {v:.1f}s" for k, v in phases.items() if isinstance(v, float)))
     return backend, model
+
+
+def vllm_log_path(model: art.TrainableModel, paths: Paths) -> Path | None:
+    """The log ART's vLLM writes under the model's folder (art.utils.output_dirs names it), or None
+    where this ART names no such folder: the start-up is then timed without vLLM's split."""
+    try:
+        from art.utils.output_dirs import get_model_dir
+
+        return Path(get_model_dir(model=model, art_path=str(paths.art_path))) / startup_phases.VLLM_LOG
+    except (ImportError, AttributeError, TypeError) as error:
+        log.info("start-up phases: no vLLM log to watch (%s)", one_line(error))
+        return None
 
 
 async def register(model: art.TrainableModel, backend: Any) -> None:

@@ -167,3 +167,31 @@ def test_an_unknown_precision_is_refused_naming_the_accepted_ones(
     assert exit_.value.code == 2
     assert "argument --precision: invalid choice: 'fp8' (choose from 'float32', 'bf16')" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+DEVICE_BATCHES = """
+import json, random, torch
+from trainer.staging.warmup import Example, batches, collate
+from trainer.staging.warmup_batches import DeviceBatches
+rng = random.Random(7)
+distinct = [Example([rng.randrange(1, 50) for _ in range(n)], [rng.choice([-100, 3, 4]) for _ in range(n)])
+            for n in (5, 9, 2, 14, 9, 1, 7)]
+examples = distinct + distinct[:3] + [distinct[3]] * 4  # repeats: the same object more than once
+old = [collate(batch, 0, "cpu") for batch in batches(examples, 4, 25, seed=11)]
+new = list(DeviceBatches(examples, 0, "cpu").batches(4, 25, seed=11))
+same = [sorted(o) == sorted(n) and all(torch.equal(o[k], n[k]) for k in o) for o, n in zip(old, new)]
+widths = sorted({int(o["input_ids"].shape[1]) for o in old})
+print(json.dumps({"steps": [len(old), len(new)], "same": same, "widths": widths,
+                  "empty": list(DeviceBatches(examples, 0, "cpu").batches(4, 0, seed=11))}))
+"""
+
+
+def test_device_batches_equal_the_collated_batches_of_the_same_draws(backend_python: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    result = subprocess.run([str(backend_python), "-c", DEVICE_BATCHES], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["steps"] == [25, 25] and all(found["same"])
+    assert len(found["widths"]) > 1  # batches trimmed to their own longest row, not the table's
+    assert found["empty"] == []

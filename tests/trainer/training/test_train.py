@@ -505,6 +505,9 @@ def test_with_enough_time_left_the_backend_starts_trains_and_records_its_start_u
     *earlier, startup = run.run_dir.read_startups()
     assert [r["seconds"] for r in earlier] == [90.0, 100.0]
     assert startup["job_id"] == "local" and 0 <= startup["seconds"] < 30, "this job's own start-up, appended"
+    phases = startup["phases"]  # the double writes no vLLM log: registration is one phase
+    assert sorted(phases) == ["construct", "model", "register"]
+    assert sum(phases.values()) == pytest.approx(startup["seconds"], abs=0.01)
     assert [s["reason"] for s in run.run_dir.read_stops()] == ["finished"]
 
 
