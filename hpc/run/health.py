@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from hpc.run.steps import Step, parse_time, span, usual_step_seconds
+from hpc.slurm.states import JobState
 
 RECENT_VALIDATIONS = 3
 
@@ -142,7 +143,7 @@ def check(steps: list[Step], validations: list[dict[str, Any]], job_id: str, job
           job_start: datetime | None, now: datetime, settings: HealthSettings) -> list[Flag]:
     """The run's flags: STALLED only while its job is RUNNING (with a known start)."""
     flags = []
-    if job_state == "RUNNING" and job_start is not None:
+    if job_state == JobState.RUNNING and job_start is not None:
         flags.append(stalled(steps, validations, job_id, job_start, now, settings))
     flags.append(collapsed(steps, settings))
     return [flag for flag in flags if flag is not None]

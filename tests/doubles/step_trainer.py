@@ -89,8 +89,8 @@ from hpc.job.deadline import (
 )
 from hpc.job.on_decline import after_validation, settle
 from hpc.run.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, latest_complete, quarantine_incomplete, step_dir
-from hpc.run.decline import ROLLBACK, Decisions, DeclineSettings
-from hpc.run.decline import STOP as DECLINE_STOP
+from hpc.run.decline import Decisions, DeclineSettings
+from hpc.run.ledger import DeclineAction
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now
 
 STOP: list[str] = []  # the signal that asked us to stop, if any
@@ -137,7 +137,7 @@ class Options:
 
     @property
     def decline(self) -> DeclineSettings:
-        return DeclineSettings(self.on_decline, self.decline_points, self.decline_validations, False,
+        return DeclineSettings(DeclineAction(self.on_decline), self.decline_points, self.decline_validations, False,
                                self.rollback_lr_scale, self.max_rollbacks)
 
 
@@ -411,11 +411,11 @@ def validate_and_judge(run: RunDir, model_dir: Path, opts: Options, step: int) -
     the job (0: stopped, 75: rolled back), else None."""
     validate(run, model_dir, opts, step)
     acted = after_validation(run, model_dir, opts.decline, opts.steps, say)
-    if acted is None or acted.action not in (DECLINE_STOP, ROLLBACK):
+    if acted is None or acted.action is DeclineAction.CONTINUE:
         return None
-    record_stop(run, StopRecord(acted.record.to_step or step, "rollback") if acted.action == ROLLBACK
-                else StopRecord(step, "declined"))
-    return EXIT_STOPPED_FOR_TIME if acted.action == ROLLBACK else 0
+    rollback = acted.action is DeclineAction.ROLLBACK
+    record_stop(run, StopRecord(acted.record.to_step or step, "rollback") if rollback else StopRecord(step, "declined"))
+    return EXIT_STOPPED_FOR_TIME if rollback else 0
 
 
 def train_step(run: RunDir, model_dir: Path, opts: Options, step: int, scale: float = 1.0) -> bool:

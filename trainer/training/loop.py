@@ -18,7 +18,8 @@ from hpc.job.deadline import BoundaryRule, StopRecord, record_stop
 from hpc.job.on_decline import after_validation, settle
 from hpc.run.best import best_and_last, best_of
 from hpc.run.checkpoints import quarantine_incomplete
-from hpc.run.decline import ROLLBACK, STOP, Decisions
+from hpc.run.decline import Decisions
+from hpc.run.ledger import DeclineAction
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, utc_now
 from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import Judge
@@ -142,9 +143,9 @@ class Training:
             return None
         acted = after_validation(self.paths.run_dir, self.paths.model_dir, decline_settings(self.config), total,
                                  log.info)
-        if acted is None or acted.action not in (STOP, ROLLBACK):
+        if acted is None or acted.action is DeclineAction.CONTINUE:
             return None
-        if acted.action == ROLLBACK:
+        if acted.action is DeclineAction.ROLLBACK:
             return StopRecord(acted.record.to_step or done, "rollback")
         return StopRecord(done, "declined")
 
