@@ -112,137 +112,6 @@ def events(run: RunDir) -> list[str]:
     return [r["event"] for r in ledger_lines(run)]
 
 
-# -- pure decision ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("rc,done,outcome", [
-    (0, True, "finished"), (75, True, "finished"), (75, False, "stopped_for_time"),
-    (0, False, "finished"), (1, False, "failed"), (137, False, "failed"), (1, True, "failed"),
-])
-def test_outcome_of_exit_code(rc, done, outcome):
-    assert end_decision.outcome_of(rc, done) == outcome
-
-
-def test_done_finishes_whatever_the_rest_of_the_ledger_says():
-    ledger = [start("1", 0), end("1", 0, "failed"), start("2", 0), end("2", 0, "failed")]
-    assert decide(ledger, done=True).action == end_decision.Action.FINISH
-
-
-@pytest.mark.parametrize("mode,action", [("requeue", end_decision.Action.REQUEUE), ("afterany", end_decision.Action.RESUBMIT),
-                                         ("chain", end_decision.Action.NONE)])
-def test_stopped_for_time_continues_by_the_modes_means(mode, action):
-    ledger = [start("1", 0), end("1", 12, "stopped_for_time", 75)]
-    decision = decide(ledger, mode=mode)
-    assert decision.action == action
-    if mode != "chain":
-        assert "stopped for time; continuation 1 of at most 20" == decision.reason
-
-
-def test_a_failure_with_progress_continues():
-    ledger = [start("1", 0), end("1", 0, "failed"), start("2", 0), end("2", 5, "failed")]
-    assert decide(ledger, max_failures=1).action == end_decision.Action.RESUBMIT
-
-
-def test_failures_without_progress_give_up_at_max_failures():
-    ledger = [start("1", 3), end("1", 3, "failed")]
-    assert decide(ledger).action == end_decision.Action.RESUBMIT
-    ledger += [start("2", 3), end("2", 3, "failed", 1)]
-    decision = decide(ledger)
-    assert decision.action == end_decision.Action.GIVE_UP
-    assert "2 failed job(s) in a row without progress (--max_failures 2); last exit code 1" == decision.reason
-
-
-def test_a_stopped_or_progressing_job_breaks_the_failure_streak():
-    ledger = [start("1", 0), end("1", 0, "failed"), start("2", 0), end("2", 4, "stopped_for_time", 75),
-              start("3", 4), end("3", 4, "failed")]
-    assert end_decision.failures_without_progress(records(ledger)) == 1
-    assert decide(ledger).action == end_decision.Action.RESUBMIT
-
-
-def test_requeued_jobs_keep_their_id_and_pair_with_their_latest_start():
-    ledger = [start("7", 0), end("7", 9, "stopped_for_time", 75), {"event": "requeue", "job_id": "7"},
-              start("7", 9), end("7", 9, "failed"), {"event": "requeue", "job_id": "7"},
-              start("7", 9), end("7", 9, "failed")]
-    assert end_decision.failures_without_progress(records(ledger)) == 2
-    assert decide(ledger, mode="requeue").action == end_decision.Action.GIVE_UP
-
-
-def test_chain_mode_still_gives_up_on_a_broken_run():
-    ledger = [start("1", 0), end("1", 0, "failed"), start("2", 0), end("2", 0, "failed")]
-    assert decide(ledger, mode="chain").action == end_decision.Action.GIVE_UP
-
-
-def test_max_resubmits_bounds_the_continuations():
-    ledger = [start("1", 0), end("1", 3, "stopped_for_time", 75), {"event": "resubmit", "job_id": "2", "after": "1"},
-              start("2", 3), end("2", 6, "stopped_for_time", 75), {"event": "requeue", "job_id": "2"},
-              start("2", 6), end("2", 9, "stopped_for_time", 75)]
-    assert ledger_module.continuations(records(ledger)) == 2
-    assert decide(ledger, max_resubmits=3).action == end_decision.Action.RESUBMIT
-    decision = decide(ledger, max_resubmits=2)
-    assert decision.action == end_decision.Action.GIVE_UP and "--max_resubmits 2" in decision.reason
-    assert decide(ledger, mode="chain", max_resubmits=0).action == end_decision.Action.NONE  # chain: pre-submitted, not counted
-
-
-def test_a_job_slurm_already_requeued_is_not_continued_again():
-    ledger = [start("1", 0), end("1", 4, "stopped_for_time", 75)]
-    for mode in ("requeue", "afterany", "chain"):
-        assert decide(ledger, mode=mode, slurm=end_decision.SlurmView(requeued=True)).action == end_decision.Action.REQUEUED
-
-
-def test_a_cancelled_job_stops_the_run_without_marking_it_failed():
-    ledger = [start("1", 0), end("1", 4, "stopped_for_time", 75)]
-    for mode in ("requeue", "afterany", "chain"):
-        decision = decide(ledger, mode=mode, slurm=end_decision.SlurmView(cancelled=True))
-        assert decision.action == end_decision.Action.STOP and "launch again to resume" in decision.reason
-    assert decide(ledger, done=True, slurm=end_decision.SlurmView(cancelled=True)).action == end_decision.Action.FINISH
-
-
-def test_a_broken_run_is_given_up_even_when_slurm_requeued_its_job():
-    ledger = [start("1", 0), end("1", 0, "failed"), start("1", 0), end("1", 0, "failed")]
-    assert decide(ledger, mode="requeue", slurm=end_decision.SlurmView(requeued=True)).action == end_decision.Action.GIVE_UP
-
-
-def test_chain_mode_names_the_next_job_or_says_the_chain_is_used_up():
-    ledger = [{"event": "submit", "job_id": "1"}, {"event": "chain", "job_id": "2", "after": "1"},
-              start("1", 0), end("1", 3, "stopped_for_time", 75)]
-    assert "pre-submitted job 2 continues" in decide(ledger, mode="chain").reason
-    ledger += [start("2", 3), end("2", 6, "stopped_for_time", 75)]
-    decision = decide(ledger, mode="chain")
-    assert decision.action == end_decision.Action.NONE and "last pre-submitted job: launch again" in decision.reason
-
-
-def test_a_job_end_without_a_start_counts_as_no_progress():
-    assert end_decision.failures_without_progress(records([end("1", 5, "failed"), end("2", 5, "failed")])) == 2
-
-
-def test_unclosed_start_finds_a_job_lost_before_its_end_hook():
-    assert end_decision.unclosed_start(records([start("1", 0), end("1", 2, "stopped_for_time")])) is None
-    assert end_decision.unclosed_start(records([start("1", 0), end("1", 2, "stopped_for_time"), start("2", 2)])).job_id == "2"
-    assert end_decision.unclosed_start(records([])) is None
-
-
-@pytest.mark.parametrize("show,sacct,restart_count,view", [
-    ("JobId=7 JobState=RUNNING Restarts=0", "RUNNING\n", 0, end_decision.SlurmView()),
-    # `scontrol requeue` (an admin, preemption): seen inside the job as COMPLETING, Restarts up by one
-    ("JobId=7 JobState=COMPLETING Requeue=1 Restarts=2", "RUNNING\n", 1, end_decision.SlurmView(requeued=True)),
-    ("JobId=7 JobState=COMPLETING Restarts=1", "REQUEUED\n", 1, end_decision.SlurmView()),
-    # `scancel`: COMPLETING, and accounting already says why
-    ("JobId=7 JobState=COMPLETING Restarts=0", "CANCELLED by 0\n", 0, end_decision.SlurmView(cancelled=True)),
-    ("JobId=7 JobState=COMPLETING Restarts=0", "TIMEOUT\n", 0, end_decision.SlurmView()),
-    # accounting has no record yet: not cancelled as far as anyone knows, and the view says so
-    ("", "", 0, end_decision.SlurmView(cancel_unknown="sacct has not yet recorded job 7")),
-])
-def test_slurm_view_reads_requeue_and_cancel_from_scontrol_and_sacct(monkeypatch, show, sacct, restart_count, view):
-    answers = {"scontrol": show, "sacct": runs_text("7", sacct.split("\n")[:-1])}
-    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, answers[cmd[0]], ""))
-    assert end_slurm.slurm_view("7", restart_count) == view
-
-
-def test_slurm_view_asks_nothing_outside_a_slurm_job(monkeypatch):
-    monkeypatch.setattr(subprocess, "run", lambda *a, **kw: pytest.fail("Slurm was asked"))
-    assert end_slurm.slurm_view("local", 0) == end_decision.SlurmView()
-
-
 # -- begin ----------------------------------------------------------------------------------
 
 
@@ -577,64 +446,8 @@ def test_cli_end_in_chain_mode_records_the_end(run, model):
     assert "chain mode" in result.stdout
 
 
-# -- configuration errors, error lines, a fresh count per launch (issue 13, preflight) --------------
+# -- error lines in the records ------------------------------------------------------------------
 
-
-def test_a_configuration_error_exit_78_gives_the_run_up_at_once_quoting_its_error():
-    line = "preflight check 'data' failed (permanent): the data directory /d does not exist; fix: stage it"
-    ledger = [start("1", 0), end("1", 0, "failed", 78) | {"error": line}]
-    decision = decide(ledger, max_failures=5)
-    assert decision.action == end_decision.Action.GIVE_UP
-    assert decision.reason == f"configuration error (exit 78), not retried: {line}"
-    for mode in ("requeue", "chain"):
-        assert decide(ledger, mode=mode, max_failures=5).action == end_decision.Action.GIVE_UP
-
-
-def test_other_failures_are_retried_and_the_reason_quotes_the_last_error_line():
-    line = "preflight check 'judge' failed (transient): the answer judge j did not answer"
-    ledger = [start("1", 0), end("1", 0, "failed", 69) | {"error": line}]
-    assert decide(ledger).action == end_decision.Action.RESUBMIT
-    ledger += [start("2", 0), end("2", 0, "failed", 69) | {"error": line}]
-    assert decide(ledger).reason == ("2 failed job(s) in a row without progress (--max_failures 2); "
-                                     f"last exit code 69: {line}")
-
-
-def test_a_new_launch_starts_a_fresh_failure_count():
-    failed_run = [{"event": "submit", "job_id": "1"}, start("1", 0), end("1", 0, "failed"),
-                  {"event": "resubmit", "job_id": "2", "after": "1"}, start("2", 0), end("2", 0, "failed")]
-    assert decide(failed_run).action == end_decision.Action.GIVE_UP
-    relaunched = failed_run + [{"event": "failed"}, {"event": "submit", "job_id": "3"}, start("3", 0),
-                               end("3", 0, "failed")]
-    assert end_decision.failures_without_progress(records(relaunched)) == 1
-    assert decide(relaunched).action == end_decision.Action.RESUBMIT
-    relaunched += [start("4", 0), end("4", 0, "failed")]
-    assert decide(relaunched).action == end_decision.Action.GIVE_UP
-
-
-@pytest.mark.parametrize("text,expected", [
-    ("Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: bad value\n", "ValueError: bad value"),
-    ("trainer.train: error: training data not found\n\n", "trainer.train: error: training data not found"),
-    ("step_trainer: crashing before any step (crash=always)\n", "step_trainer: crashing before any step (crash=always)"),
-    ("an error first\nprogress 10%\rprogress 100%\n", "an error first"),
-    ("\x1b[31mRuntimeError: red\x1b[0m\x07\n", "RuntimeError: red"),
-    ("job failed\n[continuation] run r marked failed: ...\n", "job failed"),
-    ("\n  \n", None),
-])
-def test_error_line_is_the_last_line_that_reads_like_an_error(tmp_path, text, expected):
-    log = tmp_path / "r-1.err"
-    log.write_text(text)
-    assert error_line.error_line(log) == expected
-
-
-def test_error_line_reads_only_this_jobs_part_of_an_appended_log(tmp_path):
-    log = tmp_path / "r-1.err"
-    log.write_text("RuntimeError: the previous run of this requeued job\n")
-    offset = log.stat().st_size
-    assert error_line.error_line(log, offset) is None
-    with log.open("a") as handle:
-        handle.write("x" * 5000 + "\n")
-    assert error_line.error_line(log, offset) == "x" * (error_line.ERROR_LINE_CHARS - 3) + "..."
-    assert error_line.error_line(tmp_path / "missing.err") is None
 
 
 def test_end_quotes_this_jobs_error_line_in_job_end_failed_json_and_the_ledger(run, model, slurm_calls):
@@ -662,14 +475,6 @@ def test_a_job_that_stopped_for_time_records_no_error(run, model, slurm_calls):
     (job_end,) = [r for r in ledger_lines(run) if r["event"] == "job_end"]
     assert job_end["outcome"] == "stopped_for_time" and "error" not in job_end
 
-
-def test_a_workload_refusing_its_input_with_exit_2_is_not_retried():
-    """trainer.eval and trainer.serve say "bad input" with 2: the same input cannot do better."""
-    ledger = [{"event": "submit", "job_id": "1"}, {"event": "job_start", "job_id": "1", "step": 0},
-              {"event": "job_end", "job_id": "1", "exit_code": 2, "step": 0, "outcome": "failed",
-               "error": "trainer.eval: error: invalid model 'o3'"}]
-    decision = end_decision.decide(records(ledger), done=False, mode="afterany", max_resubmits=20, max_failures=2)
-    assert decision.action == end_decision.Action.GIVE_UP and "exit 2" in decision.reason and "invalid model" in decision.reason
 
 
 # -- when Slurm answers badly (issue 40) ----------------------------------------------------------------
