@@ -82,6 +82,7 @@ from hpc.job.deadline import (
     BoundaryRule,
     BoundarySettings,
     EndTimeError,
+    StopReason,
     StopRecord,
     record_stop,
     startup_durations,
@@ -331,7 +332,7 @@ def train(run: RunDir, model_dir: Path, opts: Options, rule: BoundaryRule) -> in
         record_stop(run, StopRecord.boundary(start_step, decision))
         return EXIT_STOPPED_FOR_TIME
     if not start_up(run, model_dir, opts, latest is None):  # a stop during the start-up: nothing trained
-        record_stop(run, StopRecord(start_step, "signal"))
+        record_stop(run, StopRecord(start_step, StopReason.SIGNAL))
         return EXIT_STOPPED_FOR_TIME
     if latest is None and opts.validate_every:
         validate(run, model_dir, opts, 0)
@@ -339,12 +340,12 @@ def train(run: RunDir, model_dir: Path, opts: Options, rule: BoundaryRule) -> in
     for step in range(start_step + 1, opts.steps + 1):
         if STOP:
             print(f"step_trainer: stopped ({STOP[0]}) at step {done}", flush=True)
-            record_stop(run, StopRecord(done, "signal"))
+            record_stop(run, StopRecord(done, StopReason.SIGNAL))
             return EXIT_STOPPED_FOR_TIME
         if opts.hang_at == step and once(run, f"hang_at_{step}"):
             say(f"hanging before step {step} (hang_at) until a stop signal")
             wait_for_stop(float("inf"))
-            record_stop(run, StopRecord(done, "signal"))
+            record_stop(run, StopRecord(done, StopReason.SIGNAL))
             return EXIT_STOPPED_FOR_TIME
         if opts.crash_at == step and once(run, f"crash_at_{step}"):
             print(f"step_trainer: crashing at step {step} (crash_at)", file=sys.stderr, flush=True)
@@ -362,7 +363,7 @@ def train(run: RunDir, model_dir: Path, opts: Options, rule: BoundaryRule) -> in
             if exit_code is not None:
                 return exit_code
     run.mark_done(done, opts.steps)
-    record_stop(run, StopRecord(done, "finished"))
+    record_stop(run, StopRecord(done, StopReason.FINISHED))
     print(f"step_trainer: finished at step {done}", flush=True)
     return 0
 
@@ -414,7 +415,7 @@ def validate_and_judge(run: RunDir, model_dir: Path, opts: Options, step: int) -
     if acted is None or acted.action is DeclineAction.CONTINUE:
         return None
     rollback = acted.action is DeclineAction.ROLLBACK
-    record_stop(run, StopRecord(acted.record.to_step or step, "rollback") if rollback else StopRecord(step, "declined"))
+    record_stop(run, StopRecord(acted.record.to_step or step, StopReason.ROLLBACK) if rollback else StopRecord(step, StopReason.DECLINED))
     return EXIT_STOPPED_FOR_TIME if rollback else 0
 
 
@@ -425,7 +426,7 @@ def train_step(run: RunDir, model_dir: Path, opts: Options, step: int, scale: fl
     lost = rollout_phase(seconds * opts.rollout_share)
     if lost is not None:
         say(f"got {STOP[0]} during step {step}'s rollouts: abandoning them ({lost:.1f} rollout-seconds lost)")
-        record_stop(run, StopRecord(step - 1, "signal", lost))
+        record_stop(run, StopRecord(step - 1, StopReason.SIGNAL, lost))
         return False
     rolled = time.time()
     time.sleep(seconds * (1 - opts.rollout_share))  # PEP 475: a signal does not cut training short
