@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hpc.run import ledger
-from hpc.run.health import Flag
+from hpc.run.health import Flag, FlagKind
 from hpc.run.monitor import run_state, runs
 from hpc.run.monitor.run_state import Parked, RunState
 from hpc.run.rundir import RunDir
@@ -28,7 +28,7 @@ def test_a_going_runs_eta_shows_though_its_result_words_begin_like_a_stopped_run
     """The ETA follows the typed state: a health flag whose words begin with "cancelled" or
     "PARKED" leaves a running run's ETA shown."""
     for words in ("cancelled rollouts: 3 of 8 groups", "PARKED rollouts", "MOVED weights"):
-        row = runs.run_row(run, "9", "RUNNING", ledger.read(run), flags=[Flag("stalled", words)])
+        row = runs.run_row(run, "9", "RUNNING", ledger.read(run), flags=[Flag(FlagKind.STALLED, words)])
         assert row[-1] == words and row[ETA] == "1h06m"
 
 
