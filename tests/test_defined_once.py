@@ -24,7 +24,6 @@ DEFINITION = "hpc/job/workload_env.py"
 NAME = re.compile(r"HPC_[A-Z0-9_]+")
 # file -> the HPC_* names it still spells as a literal; import them from hpc/job/workload_env.py and shrink this
 SPELLED_TODAY: dict[str, set[str]] = {
-    "hpc/job/continuation.py": {"HPC_PACK_RUNS"},
     "hpc/job/ray_cluster.py": {"HPC_RAY_HOST_SUFFIX", "HPC_RAY_TEMP_DIR"},
     "hpc/job/watch.py": {"HPC_WATCH_INTERVAL"},
     "hpc/launcher/clusters.py": {"HPC_HOSTNAME"},

@@ -36,6 +36,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from enum import StrEnum
 from typing import Callable, Mapping, Sequence
 
 from hpc.job.workload_env import HPC_JOB_END_TIME, HPC_SIGNAL_GRACE
@@ -46,9 +47,19 @@ from hpc.slurm.calls import SlurmError
 END_TIME_ENV = HPC_JOB_END_TIME  # epoch seconds; wins over Slurm (outside Slurm, tests)
 GRACE_ENV = HPC_SIGNAL_GRACE  # the job's --signal_grace, exported by sbatch/_job_control.sh.j2
 END_TIME_MAX_AGE = 30.0  # seconds a value read from Slurm is trusted before it is read again
-# declined: the decline rule stopped the run; rollback: it copied the best checkpoint forward and the
-# next job starts from it (hpc/job/on_decline.py)
-STOP_REASONS = ("boundary", "signal", "finished", "declined", "rollback")
+
+
+class StopReason(StrEnum):
+    """Why a workload stopped training (``stops.jsonl``'s ``reason``)."""
+
+    BOUNDARY = "boundary"  # the next step or validation would not fit before the stop signal
+    SIGNAL = "signal"  # the job's stop signal came
+    FINISHED = "finished"
+    DECLINED = "declined"  # the decline rule stopped the run (hpc/job/on_decline.py)
+    ROLLBACK = "rollback"  # the decline rule copied the best checkpoint forward; the next job starts from it
+
+
+STOP_REASONS = tuple(reason.value for reason in StopReason)
 
 
 class EndTimeError(ValueError):
@@ -267,7 +278,7 @@ class StopRecord:
     """One line of ``<run>/stops.jsonl`` (RunDir.append_stop adds job_id and time)."""
 
     step: int  # steps done: the checkpoint the next job resumes from
-    reason: str  # one of STOP_REASONS
+    reason: StopReason
     lost_rollout_seconds: float = 0.0  # rollout-seconds started and not trained on
     predicted_step_seconds: float | None = None  # at a boundary: the work not started (+ a start-up before it)
     seconds_left: float | None = None
@@ -275,10 +286,11 @@ class StopRecord:
     def __post_init__(self) -> None:
         if self.reason not in STOP_REASONS:
             raise ValueError(f"unknown stop reason {self.reason!r}; known: {', '.join(STOP_REASONS)}")
+        object.__setattr__(self, "reason", StopReason(self.reason))  # a word given becomes the member
 
     @classmethod
     def boundary(cls, step: int, decision: Decision) -> StopRecord:
-        return cls(step, "boundary", 0.0, _rounded(decision.predicted), _rounded(decision.seconds_left))
+        return cls(step, StopReason.BOUNDARY, 0.0, _rounded(decision.predicted), _rounded(decision.seconds_left))
 
 
 def _rounded(value: float | None) -> float | None:

@@ -8,7 +8,7 @@ their token: hpc/launcher/envfiles.py keeps names containing WEBHOOK in the run'
      "job_id": "4242", "cluster": "jureca", "step": 628, "total_steps": 628, "detail": "...", "time": "..."}
 
 ``text`` is what chat webhooks (Slack's incoming webhooks) show. Callers: the
-end hook (hpc/job/continuation.py: done, failed) and the run's watcher
+end hook (hpc/job/end_hook.py: done; hpc/job/run_marks.py: failed) and the run's watcher
 (hpc/job/watch.py: stalled, collapsed) and the decline rule (hpc/job/on_decline.py: declined,
 its detail the action and why). A notice never fails or delays the job for
 long: one attempt, ``HPC_WEBHOOK_TIMEOUT`` seconds (5), every error reported in

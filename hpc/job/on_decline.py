@@ -35,8 +35,8 @@ from hpc.job import notify
 from hpc.run import health, ledger
 from hpc.run.best import best_and_last
 from hpc.run.checkpoints import CHECKPOINTS, is_complete, latest_complete, step_dir
-from hpc.run.decline import ROLLBACK, STOP, Decisions, DeclineSettings, Verdict, to_act_on
-from hpc.run.ledger import Decline
+from hpc.run.decline import Decisions, DeclineSettings, Verdict, to_act_on
+from hpc.run.ledger import Decline, DeclineAction
 from hpc.run.rundir import RunDir
 from hpc.run.steps import trained_steps
 
@@ -47,7 +47,7 @@ Say = Callable[[str], None]
 class Acted:
     """What the workload does next: ``action`` continue (go on), stop (exit 0) or rollback (exit 75)."""
 
-    action: str
+    action: DeclineAction
     record: Decline
 
 
@@ -80,24 +80,25 @@ def decide(verdict: Verdict, settings: DeclineSettings, decisions: Decisions, mo
            total: int) -> Decline:
     """The decision's record: the settings' action, or stop where a rollback cannot be made."""
     action, reason = settings.action, verdict.reason()
-    if action == ROLLBACK and len(decisions.rollbacks) >= settings.max_rollbacks:
-        action, reason = STOP, f"{reason}; {settings.max_rollbacks} rollback(s) made already (max_rollbacks)"
-    elif action == ROLLBACK and not is_complete(step_dir(model_dir, verdict.best.step)):
-        action, reason = STOP, f"{reason}; the best step's checkpoint is gone, so no rollback"
+    if action is DeclineAction.ROLLBACK and len(decisions.rollbacks) >= settings.max_rollbacks:
+        action = DeclineAction.STOP
+        reason = f"{reason}; {settings.max_rollbacks} rollback(s) made already (max_rollbacks)"
+    elif action is DeclineAction.ROLLBACK and not is_complete(step_dir(model_dir, verdict.best.step)):
+        action, reason = DeclineAction.STOP, f"{reason}; the best step's checkpoint is gone, so no rollback"
     record = Decline(action=action, step=verdict.latest.step, accuracy=verdict.latest.accuracy,
                      best_step=verdict.best.step, best_accuracy=verdict.best.accuracy, reason=reason)
-    if action == ROLLBACK:
+    if action is DeclineAction.ROLLBACK:
         return replace(record, rollback=len(decisions.rollbacks) + 1, to_step=verdict.latest.step + 1,
                        lr_scale=decisions.lr_scale * settings.lr_scale)
-    if action == STOP:
+    if action is DeclineAction.STOP:
         return replace(record, steps_left=max(total - verdict.latest.step, 0))
     return record
 
 
 def carry_out(run: RunDir, model_dir: Path, record: Decline, say: Say) -> None:
-    if record.action == STOP:
+    if record.action is DeclineAction.STOP:
         mark_stopped(run, record)
-    elif record.action == ROLLBACK:
+    elif record.action is DeclineAction.ROLLBACK:
         copy_forward(model_dir, record, say)
 
 
@@ -130,13 +131,14 @@ def settle(run: RunDir, model_dir: Path, say: Say) -> Decline | None:
     last = Decisions.read(run).last
     if last is None:
         return None
-    if last.action == STOP:
+    if last.action is DeclineAction.STOP:
         if run.read_done() is None:
             mark_stopped(run, last)
         say(f"the decline rule stopped this run at step {last.step}: {last.reason}")
         return last
     latest = latest_complete(model_dir)
-    if last.action == ROLLBACK and last.to_step is not None and (latest is None or latest.step < last.to_step):
+    behind = last.to_step is not None and (latest is None or latest.step < last.to_step)
+    if last.action is DeclineAction.ROLLBACK and behind:
         say(f"rollback {last.rollback} was recorded but not made: making it now")
         copy_forward(model_dir, last, say)
     return None

@@ -33,16 +33,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpc.job import continuation as cont
-from hpc.job import successor, trusted_run
+from hpc.job import end_slurm, successor, trusted_run
+from hpc.job.begin_hook import EXIT_NOTHING_TO_DO
+from hpc.job.end_decision import CONTINUES, SlurmView, decide, last_end
 from hpc.job.plain_file import make_plain
+from hpc.job.run_marks import give_up
 from hpc.run import ledger
 from hpc.run.ledger import By, Requeue, Resubmit
 from hpc.run.rundir import RunDir
 from hpc.run.trust import Untrusted
 from hpc.slurm.calls import SlurmError
-
-CONTINUE = (cont.REQUEUE, cont.RESUBMIT)
 
 
 @dataclass(frozen=True)
@@ -133,15 +133,15 @@ def device_slice(env: dict[str, str] | os._Environ, first: int, count: int) -> l
 # -- continuing the pack ---------------------------------------------------------------------
 
 
-def wants_to_continue(member: Member, job_id: str, settings: "Settings", slurm: cont.SlurmView) -> bool:
-    """The member ran in this job and its own rule (hpc.job.continuation.decide) says continue."""
+def wants_to_continue(member: Member, job_id: str, settings: "Settings", slurm: SlurmView) -> bool:
+    """The member ran in this job and its own rule (hpc.job.end_decision.decide) says continue."""
     records = ledger.read(member.run)
-    last = cont.last_end(records)
+    last = last_end(records)
     if last is None or last.job_id != job_id:
         return False
-    decision = cont.decide(records, done=member.run.read_done() is not None, mode=settings.mode,
-                           max_resubmits=settings.max_resubmits, max_failures=settings.max_failures, slurm=slurm)
-    return decision.action in CONTINUE
+    decision = decide(records, done=member.run.read_done() is not None, mode=settings.mode,
+                      max_resubmits=settings.max_resubmits, max_failures=settings.max_failures, slurm=slurm)
+    return decision.action in CONTINUES
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ def begin(members: list[Member], job_id: str, script: Path) -> int:
         before = successor.predecessor(ledger.read(m.run), job_id)
         if before is not None and before != job_id and successor.still_queued(before):
             print(f"[pack] job {before}, which this job follows, is back in the queue and carries the runs")
-            return cont.EXIT_NOTHING_TO_DO
+            return EXIT_NOTHING_TO_DO
     if working and job_id.isdigit():
         successor.ensure([m.run for m in working], job_id, script)
     return 0
@@ -181,10 +181,10 @@ class Unknown(Exception):
 def waiting_successor(members: list[Member], job_id: str) -> tuple[Member, str] | None:
     """The pack's successor still waiting on this job, with a member whose ledger names it."""
     for m in members:
-        waiting = successor.pending_of(ledger.read(m.run), job_id, cont.seconds_left(job_id))
+        waiting = successor.pending_of(ledger.read(m.run), job_id, end_slurm.seconds_left(job_id))
         if waiting.unknown:
             successor.record_unknown([x.run for x in members], job_id, "does the pack's successor still wait",
-                                     waiting.why, cont.seconds_left(job_id), "continue or cancel the pack")
+                                     waiting.why, end_slurm.seconds_left(job_id), "continue or cancel the pack")
             raise Unknown(waiting.why)
         if waiting.value:
             return m, waiting.value
@@ -193,7 +193,7 @@ def waiting_successor(members: list[Member], job_id: str) -> tuple[Member, str] 
 
 def end(members: list[Member], job_id: str, settings: Settings, restart_count: int) -> list[Member]:
     """Continue the pack once for the members that want it; return those members."""
-    slurm = cont.slurm_view(job_id, restart_count)
+    slurm = end_slurm.slurm_view(job_id, restart_count)
     going = [m for m in members if wants_to_continue(m, job_id, settings, slurm)]
     try:
         waiting = waiting_successor(members, job_id)
@@ -207,7 +207,7 @@ def end(members: list[Member], job_id: str, settings: Settings, restart_count: i
         print(f"[pack] job {job_id}: no run of the pack continues")
         return []
     names = ", ".join(m.run.name for m in going)
-    if settings.mode == "requeue" and not fewer and cont.requeued(job_id):
+    if settings.mode == "requeue" and not fewer and end_slurm.requeued(job_id):
         for m in going:
             ledger.append(m.run, Requeue(job_id=job_id, by=By.JOB))
         print(f"[pack] requeued job {job_id} for {names}")
@@ -218,10 +218,10 @@ def end(members: list[Member], job_id: str, settings: Settings, restart_count: i
         print(f"[pack] job {waiting[1]}, queued when this job started, continues {names}")
         return going
     try:
-        new_id = cont.resubmit(settings.script, job_id, settings.options(len(going)))
+        new_id = successor.resubmit(settings.script, job_id, settings.options(len(going)))
     except (SlurmError, OSError) as err:
         for m in going:
-            cont.give_up(m.run, f"could not continue the pack job: {err}", None)
+            give_up(m.run, f"could not continue the pack job: {err}", None)
         return []
     for m in going:
         ledger.append(m.run, Resubmit(job_id=new_id, after=job_id, script=str(settings.script)))

@@ -6,7 +6,7 @@ kill of the batch script), the run must go on. So each job, once its begin hook
 has recorded its start, submits its *successor*: the same job script with
 ``--dependency=afterany:<this job>`` (``successor`` in the ledger). Slurm starts
 it once this job has ended, however it ended, and its begin hook decides as an
-end hook would (hpc/job/continuation.py): a predecessor that ended without its end
+end hook would (hpc/job/begin_hook.py): a predecessor that ended without its end
 hook is recorded with the state accounting gives it and the run resumes; a
 run that is done, failed or cancelled by its user exits at once.
 

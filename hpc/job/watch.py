@@ -26,6 +26,7 @@ from hpc.run.health import Flag, HealthSettings, SettingError, check
 from hpc.run.ledger import JobStart
 from hpc.run.rundir import RunDir
 from hpc.run.steps import trained_steps
+from hpc.slurm.states import JobState
 
 DEFAULT_INTERVAL = 60.0
 
@@ -38,7 +39,7 @@ class Watcher:
         self.told: set[str] = set()
 
     def flags(self, now: datetime) -> list[Flag]:
-        return check(trained_steps(self.run), self.run.read_validations(), self.job_id, "RUNNING", self.job_start,
+        return check(trained_steps(self.run), self.run.read_validations(), self.job_id, JobState.RUNNING, self.job_start,
                      now, self.settings)
 
     def once(self, now: datetime) -> list[Flag]:

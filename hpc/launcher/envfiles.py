@@ -26,7 +26,7 @@ import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from dotenv.parser import parse_stream
 
@@ -132,15 +132,16 @@ def parse_env_flags(pairs: list[str]) -> EnvLayer:
     return EnvLayer("--env", values)
 
 
-def redact_argv(argv: list[str], env: MergedEnv) -> list[str]:
-    """The launch's arguments as the ledger records them: ``--env NAME=***`` for secret
-    names, and every secret value (and value built from one) replaced by ***, wherever
-    it appears (a --train_arg, a path)."""
-    values = sorted({v for v in env.secret_values().values() if v}, key=len, reverse=True)
+def redact_argv(argv: Sequence[str], *envs: MergedEnv) -> list[str]:
+    """The launch's arguments as the ledger records them (hpc/launcher/request.py asks, once per
+    launch): ``--env NAME=***`` for secret names, and every secret value (and value built from one)
+    of any of ``envs`` replaced by ***, wherever it appears (a --train_arg, a path)."""
+    values = sorted({v for env in envs for v in env.secret_values().values() if v}, key=len, reverse=True)
+    secrets = {name for env in envs for name in env.secrets}
     shown, after_env = [], False
     for arg in argv:
         if after_env or arg.startswith("--env="):
-            arg = _redact_pair(arg, env)
+            arg = _redact_pair(arg, secrets)
         for value in values:
             arg = arg.replace(value, REDACTED)
         shown.append(arg)
@@ -148,10 +149,10 @@ def redact_argv(argv: list[str], env: MergedEnv) -> list[str]:
     return shown
 
 
-def _redact_pair(arg: str, env: MergedEnv) -> str:
+def _redact_pair(arg: str, secrets: set[str]) -> str:
     prefix = "--env=" if arg.startswith("--env=") else ""
     name, sep, value = arg[len(prefix):].partition("=")
-    secret = name in env.secrets or is_secret_name(name) or has_credentials(value)
+    secret = name in secrets or is_secret_name(name) or has_credentials(value)
     return f"{prefix}{name}={REDACTED}" if sep and secret else arg
 
 

@@ -57,7 +57,7 @@ SLURM_WORD_RE = re.compile(r"[A-Za-z0-9._:,@&|+=*!\[\]()/-]+")
 
 @dataclass(frozen=True)
 class Continuation:
-    """How the run continues after a job ends (see hpc/job/continuation.py)."""
+    """How the run continues after a job ends (see hpc/job/end_decision.py)."""
 
     mode: str  # requeue | afterany | chain
     max_resubmits: int

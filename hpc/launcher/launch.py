@@ -27,6 +27,7 @@ from hpc.launcher.jobspec import (
     DEFAULT_SIGNAL_GRACE,
     JobSpec,
 )
+from hpc.launcher.request import LaunchRequest
 from hpc.launcher.single_run import checked_script, print_preview, spec_from_args, submit_run
 from hpc.run.rundir import SweepDir
 from hpc.run.trust import tighten_umask
@@ -182,9 +183,11 @@ def login_preflight(spec: JobSpec) -> int:
 
 
 def launch_sweep(args: argparse.Namespace, argv: list[str], registry: Registry) -> int:
+    """A sweep's runs planned, then previewed or submitted with the one request they share."""
     from hpc.launcher import sweep_launch  # loaded only for a sweep
 
-    return sweep_launch.launch_sweep(args, argv, registry)
+    the_plan = sweep_launch.plan(args, registry)
+    return sweep_launch.launch_sweep(the_plan, LaunchRequest.read(args, argv, [r.spec.env for r in the_plan.runs]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         finished = spec.run_dir.read_done() is not None and not args.restart  # nothing will be submitted
         if queue_preflight.refuses(None if finished else spec, args.no_preflight):
             return 1
-        return submit_run(spec, script, argv, args.restart)
+        return submit_run(spec, script, LaunchRequest.read(args, argv, [spec.env]))
     except UsageError as err:  # one line, whatever a value quoted in it holds
         print(f"hpc.launch: error: {err}".replace("\n", "\\n").replace("\r", "\\r"), file=sys.stderr)
         return UsageError.exit_code

@@ -20,7 +20,7 @@ from hpc.job import vllm_runtime
 from hpc.launcher import packing
 from hpc.launcher import submit as slurm
 from hpc.launcher.clusters import Cluster, Registry
-from hpc.launcher.envfiles import EnvLayer, MergedEnv, merge_layers, redact_argv
+from hpc.launcher.envfiles import EnvLayer, MergedEnv, merge_layers
 from hpc.launcher.gpus import plan_gpus
 from hpc.launcher.jobspec import (
     DEFAULT_ENTRYPOINT,
@@ -47,6 +47,7 @@ from hpc.launcher.jobspec import (
 from hpc.launcher.judge_serve import JudgeServe, judge_serve
 from hpc.launcher.network import tunnel_for
 from hpc.launcher.render import render
+from hpc.launcher.request import LaunchRequest
 from hpc.launcher.sbatch_options import check_sbatch_args
 from hpc.launcher.timelimit import parse_time_limit
 from hpc.run import init_from, ownership, trust
@@ -350,14 +351,14 @@ class ActiveJobs(UsageError):
     """The run already has a queued or running job: a second would train the same run twice."""
 
 
-def submit_run(spec: JobSpec, script: str, argv: list[str], restart: bool) -> int:
+def submit_run(spec: JobSpec, script: str, request: LaunchRequest) -> int:
     slurm.require_sbatch()
-    integrity(spec, restart)  # before the lock, which creates the run directory
+    integrity(spec, request.restart)  # before the lock, which creates the run directory
     with spec.run_dir.locked():
         refuse_active(spec)  # before --restart moves the ledger aside
-        if not prepare_run(spec, script, restart):
+        if not prepare_run(spec, script, request.restart):
             return 0
-        job_ids = submit_chain(spec, redact_argv(argv, spec.env))
+        job_ids = submit_chain(spec, request.command)
     print_submitted(spec, job_ids)
     return 0
 
@@ -402,7 +403,7 @@ def prepare_run(spec: JobSpec, script: str, restart: bool) -> bool:
     return True
 
 
-def submit_chain(spec: JobSpec, argv: list[str]) -> list[str]:
+def submit_chain(spec: JobSpec, command: tuple[str, ...]) -> list[str]:
     from hpc.run.ledger import Chain, Submit, append  # a submission's only, as in refuse_active
 
     commit = slurm.git_commit(REPO_DIR)
@@ -412,7 +413,7 @@ def submit_chain(spec: JobSpec, argv: list[str]) -> list[str]:
         job_id = slurm.submit(spec.script_path, f"afterany:{after}" if after else None)
         out, err = spec.run_dir.log_paths(job_id)
         common: dict[str, Any] = {"job_id": job_id, "cluster": spec.cluster.name, "script": str(spec.script_path),
-                                  "git_commit": commit, "argv": argv, "log_out": str(out), "log_err": str(err)}
+                                  "git_commit": commit, "argv": list(command), "log_out": str(out), "log_err": str(err)}
         append(spec.run_dir, Submit(**common) if after is None else Chain(**common, after=after))
         job_ids.append(job_id)
     return job_ids

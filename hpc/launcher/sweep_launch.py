@@ -28,8 +28,9 @@ from hpc.errors import UsageError
 from hpc.launcher import packing, queue_preflight, single_run, sweeps
 from hpc.launcher import submit as slurm
 from hpc.launcher.clusters import Registry
-from hpc.launcher.envfiles import merge_layers, redact_argv
+from hpc.launcher.envfiles import merge_layers
 from hpc.launcher.jobspec import JobSpec, Pack, PackMember, check_job_name, env_layers, outer_env, resolve_runs_dir
+from hpc.launcher.request import LaunchRequest
 from hpc.run import ledger
 from hpc.run.ledger import Submit
 from hpc.run.rundir import SweepDir
@@ -249,17 +250,17 @@ def table(headers: list[str], rows: list[list[str]]) -> list[str]:
 # -- submission ---------------------------------------------------------------------------------
 
 
-def submit(plan: SweepPlan, args: argparse.Namespace, argv: list[str]) -> int:
+def submit(plan: SweepPlan, request: LaunchRequest) -> int:
     slurm.require_sbatch()
     # the first run to launch: the sweep's runs share the data, keys, backend and folders the checks look at
-    if queue_preflight.refuses(next((r.spec for r in plan.runs if r.launch), None), args.no_preflight):
+    if queue_preflight.refuses(next((r.spec for r in plan.runs if r.launch), None), request.args.no_preflight):
         return 1
     record_sweep(plan)
     for k, group in enumerate(plan.groups(), 1):
         if plan.per_job > 1:
-            submit_pack(plan, group, k, argv, args.restart)
+            submit_pack(plan, group, k, request)
         else:
-            submit_alone(group[0], plan.sweep.name, argv, args.restart)
+            submit_alone(group[0], plan.sweep.name, request)
     return 0
 
 
@@ -270,23 +271,23 @@ def record_sweep(plan: SweepPlan) -> None:
         plan.sweep.write_record(sweeps.record(plan.sweep.name, [r.member for r in plan.runs], known))
 
 
-def submit_alone(run: Planned, sweep: str, argv: list[str], restart: bool) -> None:
+def submit_alone(run: Planned, sweep: str, request: LaunchRequest) -> None:
     """A run in a job of its own, exactly as a single launch submits it."""
     script = single_run.checked_script(run.spec)
     try:
-        single_run.submit_run(run.spec, script, argv, restart)
+        single_run.submit_run(run.spec, script, request)
     except single_run.ActiveJobs as error:
         print(f"{run.spec.job_name}: {error}; left alone")
         return
     run.spec.run_dir.write_sweep_member(sweep, dict(run.member.values))
 
 
-def submit_pack(plan: SweepPlan, group: list[Planned], index: int, argv: list[str], restart: bool) -> None:
+def submit_pack(plan: SweepPlan, group: list[Planned], index: int, request: LaunchRequest) -> None:
     """Prepare each run (under its lock), then submit one job that runs them all."""
     with contextlib.ExitStack() as locks:
         for run in sorted(group, key=lambda r: str(r.spec.run_dir.path)):
             locks.enter_context(run.spec.run_dir.locked())
-        ready = [run for run in group if prepared(run, plan.sweep.name, restart)]
+        ready = [run for run in group if prepared(run, plan.sweep.name, request.restart)]
         if not ready:
             return
         spec = pack_spec(plan, ready, index)
@@ -294,7 +295,7 @@ def submit_pack(plan: SweepPlan, group: list[Planned], index: int, argv: list[st
         job_id = slurm.submit(spec.script_path)
         commit = slurm.git_commit(single_run.REPO_DIR)
         for run in ready:
-            record_submit(run, spec, job_id, commit, redact_argv(argv, run.spec.env))
+            record_submit(run, spec, job_id, commit, request.command)
     names = ", ".join(r.spec.job_name for r in ready)
     print(f"submitted pack job {job_id} ({spec.job_name}) on {spec.cluster.name}: {names}")
     print(f"  script: {spec.script_path}\n  GPUs:   {spec.gpu_line}")
@@ -322,19 +323,18 @@ def write_pack_files(spec: JobSpec) -> None:
     single_run.write_secrets(spec.run_dir, spec.env.secret_values())
 
 
-def record_submit(run: Planned, pack: JobSpec, job_id: str, commit: str | None, argv: list[str]) -> None:
+def record_submit(run: Planned, pack: JobSpec, job_id: str, commit: str | None, command: tuple[str, ...]) -> None:
     """The pack job in the run's ledger, with the run's own script and logs (hpc.launch's submit record)."""
     assert pack.pack is not None
     out, err = run.spec.run_dir.log_paths(job_id)
     ledger.append(run.spec.run_dir, Submit(
         job_id=job_id, cluster=pack.cluster.name, script=str(run.spec.script_path),
         pack=pack.job_name, pack_script=str(pack.script_path), pack_runs=len(pack.pack.members),
-        git_commit=commit, argv=argv, log_out=str(out), log_err=str(err)))
+        git_commit=commit, argv=list(command), log_out=str(out), log_err=str(err)))
 
 
-def launch_sweep(args: argparse.Namespace, argv: list[str], registry: Registry) -> int:
-    the_plan = plan(args, registry)
-    if args.dry_run:
+def launch_sweep(the_plan: SweepPlan, request: LaunchRequest) -> int:
+    if request.args.dry_run:
         preview(the_plan)
         return 0
-    return submit(the_plan, args, argv)
+    return submit(the_plan, request)

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
@@ -94,11 +95,20 @@ class LocalTree:
     setup_key: str
 
 
+class FolderKind(StrEnum):
+    """What the probe found at the checkout's place on the cluster (its first word)."""
+
+    NEW = "new"  # nothing there, or an empty folder
+    OURS = "ours"  # a checkout --remote keeps
+    FOREIGN = "foreign"  # a folder holding something else: never written into
+    NOTDIR = "notdir"  # a file where the folder goes
+
+
 @dataclass(frozen=True)
 class RemoteState:
     """The probe's answer about the checkout on the cluster."""
 
-    kind: str  # new | ours | foreign | notdir
+    kind: FolderKind
     tree: str | None = None
     setup_key: str | None = None
     has_venv: bool = False
@@ -163,10 +173,21 @@ def probe(conn: Connection, remote_dir: str) -> RemoteState:
     words = done.stdout.strip().split(" ", 1)
     if done.returncode != 0 or not words[0]:
         raise RemoteError(f"cannot look into {conn.dest}:{remote_dir} ({last_line(done.stderr)})")
-    if words[0] in ("notdir", "foreign"):
-        return RemoteState(words[0], foreign_name=words[1] if len(words) > 1 else "")
-    kind, tree, setup_key, venv = done.stdout.split()
+    kind = folder_kind(words[0], f"{conn.dest}:{remote_dir}")
+    if kind in (FolderKind.NOTDIR, FolderKind.FOREIGN):
+        return RemoteState(kind, foreign_name=words[1] if len(words) > 1 else "")
+    _, tree, setup_key, venv = done.stdout.split()
     return RemoteState(kind, none_if_dash(tree), none_if_dash(setup_key), venv == "yes")
+
+
+def folder_kind(word: str, where: str) -> FolderKind:
+    """The probe's first word as a FolderKind; another word (a probe of another release) is an error,
+    never taken for a folder that may be written into."""
+    try:
+        return FolderKind(word)
+    except ValueError:
+        raise RemoteError(f"cannot look into {where}: the probe answered {printable(word)!r}, not one of "
+                          f"{', '.join(FolderKind)}") from None
 
 
 def none_if_dash(word: str) -> str | None:
@@ -192,9 +213,9 @@ def ensure_synced(conn: Connection, remote_dir: str, local: LocalTree, prog: str
 def refuse_foreign(conn: Connection, remote_dir: str, state: RemoteState) -> None:
     """Never write into a folder that is neither new nor one of ours (a home, a clone of its own)."""
     where = f"--remote_dir {remote_dir} on {conn.dest}"
-    if state.kind == "notdir":
+    if state.kind is FolderKind.NOTDIR:
         raise RemoteError(f"{where} is a file, not a folder: pass a new or empty folder (default {DEFAULT_DIR})", 2)
-    if state.kind == "foreign":
+    if state.kind is FolderKind.FOREIGN:
         name = printable(state.foreign_name)  # a file name there may hold a newline
         raise RemoteError(f"{where} is not a checkout that --remote keeps (it holds '{name}' and no {FOLDER}/): "
                           f"pass a new or empty folder (default {DEFAULT_DIR})", 2)

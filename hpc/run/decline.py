@@ -35,19 +35,22 @@ from typing import Any, Sequence
 
 from hpc.run import health, ledger
 from hpc.run.best import Validated, best_of
-from hpc.run.ledger import Decline, Record
+from hpc.run.ledger import Decline, DeclineAction, Record
 from hpc.run.rundir import RunDir
 from hpc.run.steps import Step
 
-CONTINUE, STOP, ROLLBACK = "continue", "stop", "rollback"
-ACTIONS = (CONTINUE, STOP, ROLLBACK)
+ACTIONS = tuple(action.value for action in DeclineAction)  # the words on_decline accepts
+
+
+SUMMARY_WORDS = {DeclineAction.CONTINUE: "DECLINING", DeclineAction.STOP: "STOPPED (declined)",
+                 DeclineAction.ROLLBACK: "ROLLED BACK"}  # the last decision as status.sh and the report name it
 
 
 @dataclass(frozen=True)
 class DeclineSettings:
     """The trainer config's ``on_decline``, ``decline_*``, ``rollback_lr_scale``, ``max_rollbacks``."""
 
-    action: str = CONTINUE
+    action: DeclineAction = DeclineAction.CONTINUE
     points: float = 5.0
     validations: int = 2
     on_collapse: bool = True
@@ -107,7 +110,7 @@ def to_act_on(validations: list[dict[str, Any]], steps: list[Step], settings: De
     only where the run became declining at this validation (not already at the one before), so
     each episode is recorded and told once."""
     verdict = judge(validations, steps, settings, since_step, collapse)
-    if verdict is None or settings.action != CONTINUE or len(validations) < 2:
+    if verdict is None or settings.action is not DeclineAction.CONTINUE or len(validations) < 2:
         return verdict
     before = [s for s in steps if s.step <= int(validations[-2]["step"])]
     return verdict if judge(validations[:-1], before, settings, since_step, collapse) is None else None
@@ -132,7 +135,7 @@ class Decisions:
 
     @property
     def rollbacks(self) -> list[Decline]:
-        return [r for r in self.records if r.action == ROLLBACK]
+        return [r for r in self.records if r.action is DeclineAction.ROLLBACK]
 
     @property
     def lr_scale(self) -> float:
@@ -147,7 +150,7 @@ class Decisions:
 
     @property
     def stop(self) -> Decline | None:
-        return next((r for r in reversed(self.records) if r.action == STOP), None)
+        return next((r for r in reversed(self.records) if r.action is DeclineAction.STOP), None)
 
     @property
     def last(self) -> Decline | None:
@@ -158,7 +161,7 @@ class Decisions:
         last = self.last
         if last is None:
             return ""
-        text = {CONTINUE: "DECLINING", STOP: "STOPPED (declined)", ROLLBACK: "ROLLED BACK"}.get(last.action, "")
+        text = SUMMARY_WORDS[last.action]
         extra = (f" to step {last.best_step} as step {last.to_step}, lr x{last.lr_scale:g} (rollback "
-                 f"{last.rollback})" if last.action == ROLLBACK else "")
+                 f"{last.rollback})" if last.action is DeclineAction.ROLLBACK else "")
         return f"{text} at step {last.step}{extra}: {last.reason}"

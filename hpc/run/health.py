@@ -29,9 +29,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Mapping
 
 from hpc.run.steps import Step, parse_time, span, usual_step_seconds
+from hpc.slurm.states import JobState
 
 RECENT_VALIDATIONS = 3
 
@@ -71,9 +73,16 @@ def setting(env: Mapping[str, str], name: str, default: float, low: float, whole
     return value
 
 
+class FlagKind(StrEnum):
+    """What a health flag says of a run; its value is the webhook's event (hpc/job/notify.py)."""
+
+    STALLED = "stalled"
+    COLLAPSED = "collapsed"
+
+
 @dataclass(frozen=True)
 class Flag:
-    kind: str  # "stalled" | "collapsed"
+    kind: FlagKind
     message: str  # one line for status.sh and the webhook
 
 
@@ -112,7 +121,7 @@ def stalled(steps: list[Step], validations: list[dict[str, Any]], job_id: str, j
     if quiet <= limit:
         return None
     what = "no step" if mine else "no step since the job started"
-    return Flag("stalled", f"STALLED: {what} for {span(quiet)} (limit {span(limit)}: {why})")
+    return Flag(FlagKind.STALLED, f"STALLED: {what} for {span(quiet)} (limit {span(limit)}: {why})")
 
 
 def low_spread_streak(steps: list[Step], most: float) -> list[Step]:
@@ -133,7 +142,7 @@ def collapsed(steps: list[Step], settings: HealthSettings) -> Flag | None:
         return None
     rewards = [s.reward_mean for s in streak if s.reward_mean is not None]
     reward = f", mean reward {sum(rewards) / len(rewards):.2f}" if rewards else ""
-    return Flag("collapsed", f"COLLAPSED: reward spread at most {settings.collapse_spread:g} for the last "
+    return Flag(FlagKind.COLLAPSED, f"COLLAPSED: reward spread at most {settings.collapse_spread:g} for the last "
                              f"{len(streak)} steps{reward}: each group's rollouts score alike (GRPO has almost "
                              "nothing to learn from)")
 
@@ -142,7 +151,7 @@ def check(steps: list[Step], validations: list[dict[str, Any]], job_id: str, job
           job_start: datetime | None, now: datetime, settings: HealthSettings) -> list[Flag]:
     """The run's flags: STALLED only while its job is RUNNING (with a known start)."""
     flags = []
-    if job_state == "RUNNING" and job_start is not None:
+    if job_state == JobState.RUNNING and job_start is not None:
         flags.append(stalled(steps, validations, job_id, job_start, now, settings))
     flags.append(collapsed(steps, settings))
     return [flag for flag in flags if flag is not None]

@@ -49,6 +49,14 @@ class By(StrEnum):
     SUCCESSOR = "successor"
 
 
+class DeclineAction(StrEnum):
+    """What the trainer did about a declining run (``Decline.action``, hpc/run/decline.py's rule)."""
+
+    CONTINUE = "continue"
+    STOP = "stop"
+    ROLLBACK = "rollback"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Record:
     """What every record has: its kind (``event``) and when it was written (ISO-8601 UTC)."""
@@ -56,6 +64,14 @@ class Record:
     EVENT: ClassVar[str] = ""
     OMITTED: ClassVar[frozenset[str]] = frozenset()  # fields written only when not None
     time: str = field(default_factory=utc_now)
+
+    def __post_init__(self) -> None:
+        """A field typed by an enum holds the enum's member, whatever it was given (a ledger line's text,
+        a caller's word): a value the enum lacks is a ValueError here, not a state no reader decides on."""
+        for name, enum in enum_fields(type(self)).items():
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, enum):
+                object.__setattr__(self, name, enum(value))
 
     @property
     def moment(self) -> datetime | None:
@@ -121,7 +137,7 @@ class JobEnd(JobRecord):
     OMITTED = frozenset({"error", "note", "slurm_state", "signal"})
     exit_code: int | None = None
     step: int | None = None
-    outcome: str = Outcome.FAILED
+    outcome: Outcome = Outcome.FAILED
     error: str | None = None  # a failed job's error line
     note: str | None = None
     slurm_state: str | None = None
@@ -133,7 +149,7 @@ class Requeue(JobRecord):
     """The job was requeued, ``by`` its end hook (``job``) or by Slurm itself (``slurm``)."""
 
     EVENT = "requeue"
-    by: str = By.JOB
+    by: By = By.JOB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,7 +170,7 @@ class Resubmit(JobRecord):
     OMITTED = frozenset({"script", "by"})
     after: str = ""
     script: str | None = None
-    by: str | None = None
+    by: By | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,7 +239,7 @@ class Decline(Record):
 
     EVENT = "decline"
     OMITTED = frozenset({"rollback", "to_step", "lr_scale", "steps_left"})
-    action: str = ""
+    action: DeclineAction
     step: int = 0
     accuracy: float = 0.0
     best_step: int = 0
@@ -287,12 +303,41 @@ def fields_of(kind: type[Record]) -> Fields:
     is required."""
     hints, found = get_type_hints(kind), {}
     for f in dataclasses.fields(kind):
-        options = get_args(hints[f.name]) if isinstance(hints[f.name], types.UnionType) else (hints[f.name],)
+        options = options_of(hints[f.name])
         base = next(option for option in options if option is not type(None))
-        checked = BY_NAME.get(f.name) or (TEXTS if get_origin(base) is list else BY_TYPE[base])
+        checked = BY_NAME.get(f.name) or (TEXTS if get_origin(base) is list else enum_kind(base) if is_enum(base)
+                                          else BY_TYPE[base])
         needed = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         found[f.name] = (checked.or_null() if type(None) in options else checked, needed)
     return found
+
+
+def is_enum(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, StrEnum)
+
+
+def enum_kind(kind: type[StrEnum]) -> Kind:
+    """A field typed by one of the enums above: one of its values; a value this code does not know (a
+    newer release's) makes the line unreadable, named, rather than read as some other state."""
+    values = tuple(member.value for member in kind)
+    return Kind(lambda value: value in values, "one of " + ", ".join(values))
+
+
+ENUM_FIELDS: dict[type, dict[str, type[StrEnum]]] = {}  # per record class, worked out on its first record
+
+
+def enum_fields(kind: type[Record]) -> dict[str, type[StrEnum]]:
+    """A record class's fields typed by an enum (``Record.__post_init__`` makes their values members)."""
+    if kind not in ENUM_FIELDS:
+        hints = get_type_hints(kind)
+        ENUM_FIELDS[kind] = {f.name: option for f in dataclasses.fields(kind) for option in options_of(hints[f.name])
+                             if is_enum(option)}
+    return ENUM_FIELDS[kind]
+
+
+def options_of(hint: Any) -> tuple[Any, ...]:
+    """The types a field's hint allows: ``X | None`` allows X and None."""
+    return get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
 
 
 @cache

@@ -82,6 +82,7 @@ from hpc.job.deadline import (
     BoundaryRule,
     BoundarySettings,
     EndTimeError,
+    StopReason,
     StopRecord,
     record_stop,
     startup_durations,
@@ -89,8 +90,8 @@ from hpc.job.deadline import (
 )
 from hpc.job.on_decline import after_validation, settle
 from hpc.run.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, latest_complete, quarantine_incomplete, step_dir
-from hpc.run.decline import ROLLBACK, Decisions, DeclineSettings
-from hpc.run.decline import STOP as DECLINE_STOP
+from hpc.run.decline import Decisions, DeclineSettings
+from hpc.run.ledger import DeclineAction
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now
 
 STOP: list[str] = []  # the signal that asked us to stop, if any
@@ -137,7 +138,7 @@ class Options:
 
     @property
     def decline(self) -> DeclineSettings:
-        return DeclineSettings(self.on_decline, self.decline_points, self.decline_validations, False,
+        return DeclineSettings(DeclineAction(self.on_decline), self.decline_points, self.decline_validations, False,
                                self.rollback_lr_scale, self.max_rollbacks)
 
 
@@ -331,7 +332,7 @@ def train(run: RunDir, model_dir: Path, opts: Options, rule: BoundaryRule) -> in
         record_stop(run, StopRecord.boundary(start_step, decision))
         return EXIT_STOPPED_FOR_TIME
     if not start_up(run, model_dir, opts, latest is None):  # a stop during the start-up: nothing trained
-        record_stop(run, StopRecord(start_step, "signal"))
+        record_stop(run, StopRecord(start_step, StopReason.SIGNAL))
         return EXIT_STOPPED_FOR_TIME
     if latest is None and opts.validate_every:
         validate(run, model_dir, opts, 0)
@@ -339,12 +340,12 @@ def train(run: RunDir, model_dir: Path, opts: Options, rule: BoundaryRule) -> in
     for step in range(start_step + 1, opts.steps + 1):
         if STOP:
             print(f"step_trainer: stopped ({STOP[0]}) at step {done}", flush=True)
-            record_stop(run, StopRecord(done, "signal"))
+            record_stop(run, StopRecord(done, StopReason.SIGNAL))
             return EXIT_STOPPED_FOR_TIME
         if opts.hang_at == step and once(run, f"hang_at_{step}"):
             say(f"hanging before step {step} (hang_at) until a stop signal")
             wait_for_stop(float("inf"))
-            record_stop(run, StopRecord(done, "signal"))
+            record_stop(run, StopRecord(done, StopReason.SIGNAL))
             return EXIT_STOPPED_FOR_TIME
         if opts.crash_at == step and once(run, f"crash_at_{step}"):
             print(f"step_trainer: crashing at step {step} (crash_at)", file=sys.stderr, flush=True)
@@ -362,7 +363,7 @@ def train(run: RunDir, model_dir: Path, opts: Options, rule: BoundaryRule) -> in
             if exit_code is not None:
                 return exit_code
     run.mark_done(done, opts.steps)
-    record_stop(run, StopRecord(done, "finished"))
+    record_stop(run, StopRecord(done, StopReason.FINISHED))
     print(f"step_trainer: finished at step {done}", flush=True)
     return 0
 
@@ -411,11 +412,11 @@ def validate_and_judge(run: RunDir, model_dir: Path, opts: Options, step: int) -
     the job (0: stopped, 75: rolled back), else None."""
     validate(run, model_dir, opts, step)
     acted = after_validation(run, model_dir, opts.decline, opts.steps, say)
-    if acted is None or acted.action not in (DECLINE_STOP, ROLLBACK):
+    if acted is None or acted.action is DeclineAction.CONTINUE:
         return None
-    record_stop(run, StopRecord(acted.record.to_step or step, "rollback") if acted.action == ROLLBACK
-                else StopRecord(step, "declined"))
-    return EXIT_STOPPED_FOR_TIME if acted.action == ROLLBACK else 0
+    rollback = acted.action is DeclineAction.ROLLBACK
+    record_stop(run, StopRecord(acted.record.to_step or step, StopReason.ROLLBACK) if rollback else StopRecord(step, StopReason.DECLINED))
+    return EXIT_STOPPED_FOR_TIME if rollback else 0
 
 
 def train_step(run: RunDir, model_dir: Path, opts: Options, step: int, scale: float = 1.0) -> bool:
@@ -425,7 +426,7 @@ def train_step(run: RunDir, model_dir: Path, opts: Options, step: int, scale: fl
     lost = rollout_phase(seconds * opts.rollout_share)
     if lost is not None:
         say(f"got {STOP[0]} during step {step}'s rollouts: abandoning them ({lost:.1f} rollout-seconds lost)")
-        record_stop(run, StopRecord(step - 1, "signal", lost))
+        record_stop(run, StopRecord(step - 1, StopReason.SIGNAL, lost))
         return False
     rolled = time.time()
     time.sleep(seconds * (1 - opts.rollout_share))  # PEP 475: a signal does not cut training short

@@ -14,6 +14,7 @@ from hpc.job.deadline import (
     BoundarySettings,
     Decision,
     EndTimeError,
+    StopReason,
     StopRecord,
     startup_durations,
     step_durations,
@@ -54,7 +55,7 @@ async def stop_before_step(validator: Validator | None, model: art.TrainableMode
         return stopped
     if stop.requested:
         log.info("stopped (%s) with %d of %d steps done", stop.signal_name, done, total)
-        return StopRecord(done, "signal")
+        return StopRecord(done, StopReason.SIGNAL)
     return boundary_stop(boundary.check(step_durations(run)), f"step {done + 1}", done)
 
 
@@ -66,12 +67,12 @@ async def stop_before_validation(validator: Validator | None, model: art.Trainab
         return None
     if stop.requested:
         log.info("stopped (%s) before the validation at step %d", stop.signal_name, done)
-        return StopRecord(done, "signal")
+        return StopRecord(done, StopReason.SIGNAL)
     stopped = boundary_stop(boundary.check(validation_durations(run)), f"the validation at step {done}", done)
     if stopped is not None:
         return stopped
     if await validator.validate(model, done, stop.event) is None:
-        return StopRecord(done, "signal")
+        return StopRecord(done, StopReason.SIGNAL)
     return None
 
 

@@ -29,6 +29,7 @@ from hpc.errors import one_line
 from hpc.job.deadline import DEFAULT_SETTINGS as DEFAULT_BOUNDARY
 from hpc.run.decline import ACTIONS as DECLINE_ACTIONS
 from hpc.run.decline import DeclineSettings
+from hpc.run.ledger import DeclineAction
 from trainer.agent.proof_reward import PROOF_REWARD, refusal
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -172,7 +173,7 @@ def shuffle_seed(config: "TrainerConfig") -> int | None:
 
 def decline_settings(config: "TrainerConfig") -> DeclineSettings:
     """The decline rule of this run (hpc/run/decline.py)."""
-    return DeclineSettings(config.on_decline, config.decline_points, config.decline_validations,
+    return DeclineSettings(DeclineAction(config.on_decline), config.decline_points, config.decline_validations,
                            config.decline_on_collapse, config.rollback_lr_scale, config.max_rollbacks)
 
 

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpc.job.deadline import BoundaryRule, StopRecord, record_stop
+from hpc.job.deadline import BoundaryRule, StopReason, StopRecord, record_stop
 from hpc.job.on_decline import after_validation, settle
 from hpc.run.best import best_and_last, best_of
 from hpc.run.checkpoints import quarantine_incomplete
-from hpc.run.decline import ROLLBACK, STOP, Decisions
+from hpc.run.decline import Decisions
+from hpc.run.ledger import DeclineAction
 from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, utc_now
 from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import Judge
@@ -142,11 +143,11 @@ class Training:
             return None
         acted = after_validation(self.paths.run_dir, self.paths.model_dir, decline_settings(self.config), total,
                                  log.info)
-        if acted is None or acted.action not in (STOP, ROLLBACK):
+        if acted is None or acted.action is DeclineAction.CONTINUE:
             return None
-        if acted.action == ROLLBACK:
-            return StopRecord(acted.record.to_step or done, "rollback")
-        return StopRecord(done, "declined")
+        if acted.action is DeclineAction.ROLLBACK:
+            return StopRecord(acted.record.to_step or done, StopReason.ROLLBACK)
+        return StopRecord(done, StopReason.DECLINED)
 
     def objective(self, number: int, total: int) -> Objective:
         """Step ``number``'s objective: the schedule's rate x the rollbacks' scale, the KL reference."""
@@ -189,7 +190,7 @@ async def train_steps(training: Training, scenarios: list[Scenario]) -> int:
         trained = await train_batch(training, batch, done, total, clock) if stopped is None else stopped
         if isinstance(trained, StopRecord):
             record_stop(run, trained)
-            return 0 if trained.reason == "declined" else EXIT_STOPPED_FOR_TIME
+            return 0 if trained.reason is StopReason.DECLINED else EXIT_STOPPED_FOR_TIME
         done = trained
         if len(clock.durations) == 1:
             settle_heap()
@@ -198,7 +199,7 @@ async def train_steps(training: Training, scenarios: list[Scenario]) -> int:
         record_stop(run, stopped)
         return EXIT_STOPPED_FOR_TIME
     run.mark_done(done, total, **best_and_last(run))
-    record_stop(run, StopRecord(done, "finished"))
+    record_stop(run, StopRecord(done, StopReason.FINISHED))
     log.info("training finished: %d of %d steps done", done, total)
     return 0
 
@@ -215,7 +216,7 @@ async def train_batch(training: Training, batch: DatasetBatch[Scenario], done: i
     if isinstance(groups, Abandoned):
         log.info("stopped (%s) with %d of %d steps done; step %d will be redone (%.1f rollout-seconds abandoned)",
                  training.stop.signal_name, done, total, number, groups.lost_rollout_seconds)
-        return StopRecord(done, "signal", groups.lost_rollout_seconds)
+        return StopRecord(done, StopReason.SIGNAL, groups.lost_rollout_seconds)
     if not groups:
         raise StepFailed(f"step {number}: every group failed (rollouts or RULER); nothing to train on")
     stats = step_stats(groups)

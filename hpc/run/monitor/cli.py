@@ -43,7 +43,7 @@ def views(command: str, user: str, runs_dir: Path, only: str) -> int:
 
         queue_view(user, runs_dir, only)
         return 0
-    from hpc.run.monitor.runs import runs_view, status_view
+    from hpc.run.monitor.runs_table import runs_view, status_view
 
     if command == "status":
         return status_view(user, runs_dir, only)

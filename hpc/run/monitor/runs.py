@@ -1,39 +1,39 @@
-"""status.sh's runs view: one row per run (its job and state, step, checkpoint, reward, validation,
-ETA, GPU-hours, continuations, result or health flag), the goodput lines, parked runs and how to
-resume them, and where a running serve job listens. One squeue and at most one sacct call for all runs;
-a run unchanged since the last call, its jobs ended, is shown as it was kept (status_cache.py)."""
+"""status.sh's runs view, its rows: one per run (its job and state, step, checkpoint, reward, validation,
+ETA, GPU-hours, continuations, result or health flag), with its goodput line and whether it is parked
+(where the run stands: run_state.py; the table on the terminal: runs_table.py). One squeue and at most
+one sacct call for all runs; a run unchanged since the last call, its jobs ended, is shown as it was
+kept (status_cache.py)."""
 
 from __future__ import annotations
 
-import socket
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hpc.run import accounting, accounting_text, lease, ledger
+from hpc.run import accounting, accounting_text, ledger
 from hpc.run.best import best_of, last_of
 from hpc.run.checkpoints import is_complete, list_checkpoints
-from hpc.run.decline import Decisions
 from hpc.run.health import Flag, HealthSettings, SettingError
 from hpc.run.health import check as health_check
-from hpc.run.ledger import JobStart, Record, resume_command
+from hpc.run.ledger import Record
 from hpc.run.monitor import status_cache
-from hpc.run.monitor.display import Failure, duration, printable, table
-from hpc.run.monitor.queue import SLURM_TIMEOUT, print_queue, user_queue
-from hpc.run.monitor.rundirs import read_marker, run_dirs, unreadable_folder
+from hpc.run.monitor.display import Failure, duration
+from hpc.run.monitor.queue import SLURM_TIMEOUT
+from hpc.run.monitor.run_state import Parked, parked, result_text, run_state, state_of, sweep_word
+from hpc.run.monitor.rundirs import read_marker, unreadable_folder
 from hpc.run.ownership import model_dir_of
 from hpc.run.rundir import RunDir, Skipped
-from hpc.run.serving import address_of, ssh_line
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
-from hpc.slurm.output import QueuedJob, latest_states
+from hpc.slurm.output import latest_states
 from hpc.slurm.states import QUEUED, JobState
 
 REPO = Path(__file__).resolve().parents[3]
 CODE_FILES = [REPO / "hpc" / "run" / name for name in (
-    "monitor/runs.py", "monitor/status_cache.py", "accounting.py", "accounting_records.py", "accounting_text.py", "health.py", "ledger.py", "fields.py", "rundir.py",
-    "steps.py", "best.py", "decline.py", "lease.py")] + [REPO / "hpc" / "launcher" / "clusters.yaml"]
+    "monitor/runs.py", "monitor/run_state.py", "monitor/runs_table.py", "monitor/status_cache.py", "accounting.py",
+    "accounting_records.py", "accounting_text.py", "health.py", "ledger.py", "fields.py", "rundir.py", "steps.py",
+    "best.py", "decline.py", "lease.py")] + [REPO / "hpc" / "launcher" / "clusters.yaml"]
 
 
 def sacct_rows(job_ids: set[str]) -> tuple[list[accounting.SacctRow], str]:
@@ -92,91 +92,23 @@ def validation_text(run_dir: RunDir) -> str:
     return f"{100 * latest.accuracy:.0f}%@{latest.step} best {100 * best.accuracy:.0f}%@{best.step}"
 
 
-@dataclass(frozen=True)
-class Parked:
-    """A run nothing continues: no job of it in the queue, and not finished, failed or
-    cancelled by its user (docs/design.md: a run across jobs). Launching it again resumes it."""
-
-    job: str  # the job that ended it
-    state: str  # that job's state in accounting
-    resume: str  # the command that resumes the run
-    unknown: str = ""  # not parked as far as the run directory knows: why Slurm's state of it is unknown
-
-    @property
-    def text(self) -> str:
-        if self.unknown:
-            return f"Slurm state unknown: {self.unknown}"
-        return f"PARKED: job {self.job or '?'} ended {self.state or '?'} and nothing continues the run"
-
-
-def parked(run_dir: RunDir, records: list[Record], active: dict[str, str],
-           states: dict[str, str]) -> Optional[Parked]:
-    launch = ledger.latest_launch(ledger.since_arrival(records))
-    if launch is None or ledger.moved_away(records) is not None or read_marker(run_dir.read_done) or read_marker(run_dir.read_failed) \
-            or ledger.cancelled_since_launch(records):
-        return None
-    if any(job in active for job in ledger.job_ids(records)):
-        return None
-    started = [r.job_id for r in ledger.of_kind(records, JobStart)]
-    ended = started[-1] if started else launch.job_id
-    return Parked(ended, states.get(ended, ""), resume_command(launch), unknown_state(run_dir, records, states))
-
-
-def unknown_state(run_dir: RunDir, records: list[Record], states: dict[str, str]) -> str:
-    """Why a run squeue shows no job of is not PARKED as far as its directory knows (its job holds the
-    run's lease; the ledger shows a job running that accounting has not seen end; accounting has a job
-    of it still queued), or ''."""
-    holder = lease.read(run_dir)
-    if holder is not None and not lease.free(holder, datetime.now(timezone.utc).timestamp()):
-        return f"squeue shows no job, but {holder.holder()} holds the run (lease renewed at {holder.renewed})"
-    running = [job for job in ledger.open_jobs(records) if states.get(job, "") in ("", *QUEUED)]
-    running += [job for job in ledger.job_ids(records) if job not in running and states.get(job, "") in QUEUED]
-    if running:
-        said = {job: states.get(job) or "not yet recorded by sacct" for job in running}
-        return "squeue omits job(s) of the run: " + ", ".join(f"{j} ({s} as far as sacct knows)"
-                                                             if s in QUEUED else f"{j} ({s})" for j, s in said.items())
-    return ""
-
-
 def run_row(run_dir: RunDir, job: str, state: str, records: list[Record],
             account: Optional[accounting.RunAccounting] = None, flags: Sequence[Flag] = (),
             parked_run: Optional[Parked] = None) -> list[object]:
     progress = read_marker(run_dir.read_progress)
     done, failed = read_marker(run_dir.read_done), read_marker(run_dir.read_failed)
+    at = run_state(done, failed, records, parked_run)
     step, total = progress.get("step"), progress.get("total_steps")
     if done:
-        result = f"finished ({done['reason']})" if done.get("reason") else "finished"
         step = done.get("final_step", step)
         total = done.get("total_steps") or total
-    elif failed:
-        result = f"failed: {failed.get('reason') or '?'}"
-    elif ledger.cancelled_since_launch(records):
-        result = "cancelled (launch again to resume)"
-    elif moved_text(records):
-        result = moved_text(records)
-    elif parked_run is not None:
-        result = parked_run.text
-    else:
-        said = [flag.message for flag in flags] + [Decisions.of(records).summary()]
-        result = "; ".join(filter(None, said)) or "-"
     step_text = "-" if step is None else f"{step}/{'?' if total is None else total}"
     reward = progress.get("reward_mean")
     reward_text = f"{reward:.3f}" if isinstance(reward, (int, float)) and not isinstance(reward, bool) else "-"
-    over = done or failed or result.startswith(("cancelled", "PARKED", "MOVED"))
-    eta = "-" if over else duration(progress.get("eta_seconds"))
+    eta = "-" if at.over else duration(progress.get("eta_seconds"))
     return [run_dir.name, job or "-", state or "-", step_text, checkpoint_text(run_dir), reward_text,
-            validation_text(run_dir), eta, gpu_hours_text(account), ledger.continuations(records), result]
-
-
-def moved_text(records: list[Record]) -> str:
-    """A run that moved away (it trains elsewhere), or one that arrived and has not been launched here."""
-    moved = ledger.moved_away(records)
-    if moved is not None:
-        return f"MOVED to {moved.to} at step {moved.step} (python -m hpc.run reclaim takes it back)"
-    arrived = ledger.since_arrival(records)
-    if arrived and isinstance(arrived[0], ledger.MovedIn) and ledger.latest_launch(arrived) is None:
-        return f"MOVED in at step {arrived[0].step} from {arrived[0].source}: launch it here to continue"
-    return ""
+            validation_text(run_dir), eta, gpu_hours_text(account), ledger.continuations(records),
+            result_text(at, done, failed, records, parked_run, flags)]
 
 
 def gpu_hours_text(account: Optional[accounting.RunAccounting]) -> str:
@@ -217,15 +149,7 @@ def computed(run_dir: RunDir, records: list[Record], job: str, state: str, accou
     goodput = accounting_text.summary_line(account) if any(j.start for j in account.jobs) else None
     member = read_marker(run_dir.read_sweep_member)
     return RunView(run_dir, cells, state, goodput, parked_run, str(member.get("sweep") or ""),
-                   sweep_word(run_dir, state, parked_run))
-
-
-def sweep_word(run_dir: RunDir, state: str, parked_run: Optional[Parked]) -> str:
-    if read_marker(run_dir.read_done):
-        return "finished"
-    if read_marker(run_dir.read_failed):
-        return "failed"
-    return "parked" if parked_run is not None else state or "no job"
+                   sweep_word(state_of(run_dir, records, parked_run), state))
 
 
 class Chargings:
@@ -406,128 +330,3 @@ def run_health(run_dir: RunDir, files: accounting.RunFiles, account: accounting.
     start = next((j.start for j in reversed(account.jobs) if j.job_id == job and j.end is None), None)
     validations = run_dir.read_validations()
     return health_check(files.steps, validations, job, state, start, now, settings)
-
-
-def status_view(user: str, runs_dir: Path, only: str) -> int:
-    """status.sh: the user's queue, then the runs, from one squeue and (at most) one sacct call. A
-    Slurm that does not answer costs what it would have said (marked), never the table: 1 then."""
-    try:
-        jobs: Optional[list[QueuedJob]] = calls.queue(user=user, timeout=SLURM_TIMEOUT)
-        note = ""
-    except SlurmError as err:
-        jobs, note = None, str(err)
-    print_queue(user, runs_dir, only, jobs, note)
-    print()
-    answers = SlurmAnswers(None if jobs is None else {job.job_id: job.state for job in jobs}, note)
-    runs_view(user, runs_dir, only, answers)
-    for failed in filter(None, (answers.queue_note, answers.sacct_note)):
-        raise Failure(failed)
-    return 0
-
-
-def runs_view(user: str, runs_dir: Path, only: str, answers: Optional[SlurmAnswers] = None) -> None:
-    runs = run_dirs(runs_dir, only)
-    if not runs:
-        missing = "" if runs_dir.is_dir() else " (the directory does not exist)"
-        print(f"No runs under {runs_dir}{missing}" + (f" named {only}" if only else ""))
-        return
-    if answers is None:
-        answers = SlurmAnswers({job.job_id: job.state for job in user_queue(user)})
-    cache = status_cache.load(runs_dir)
-    views = run_views(runs, answers, cache)
-    if not only:  # a run no longer there is forgotten
-        cache.forget_all_but({view.run_dir.name for view in views})
-    status_cache.save(cache, runs_dir)
-    print(f"Runs under {runs_dir}:" + unknown_note(answers))
-    header, *rows = table(HEADERS, [view.row() for view in views])
-    row_of = {id(view): row for view, row in zip(views, rows)}
-    print(header)
-    for sweep, group in by_sweep(views):
-        if sweep:
-            print(f"sweep {printable(sweep)}: {sweep_summary(group)}")
-        for view in group:
-            print(("  " if sweep else "") + row_of[id(view)])
-    print_goodput(views)
-    print_parked(views)
-    print_unreadable(views)
-    for view in views:
-        if view.state == "RUNNING":
-            print_service(view.run_dir)
-    if cache.note:
-        print(f"\n({printable(cache.note)}; every run was read)")
-
-
-def unknown_note(answers: SlurmAnswers) -> str:
-    """What the table cannot say, when Slurm did not answer (the error line follows on stderr)."""
-    notes = []
-    if answers.active is None:
-        notes.append("SLURM QUEUE UNKNOWN (squeue did not answer): states are accounting's; a run read now is not "
-                     "called PARKED")
-    if answers.sacct_note:
-        notes.append("ACCOUNTING UNKNOWN (sacct did not answer): STATE and GPU-H of runs read now are '-'")
-    return "".join(f"\n  {note}" for note in notes)
-
-
-def by_sweep(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
-    """Runs on their own first, then each sweep's runs together (sweep_member.json, hpc/launcher/sweeps.py)."""
-    groups: dict[str, list[RunView]] = {}
-    for view in views:
-        groups.setdefault(view.sweep, []).append(view)
-    alone = groups.pop("", [])
-    return ([("", alone)] if alone else []) + sorted(groups.items())
-
-
-def sweep_summary(group: list[RunView]) -> str:
-    """``6 runs: 2 finished, 3 RUNNING, 1 failed``: where the sweep stands."""
-    counts: dict[str, int] = {}
-    for view in group:
-        counts[view.word] = counts.get(view.word, 0) + 1
-    return f"{len(group)} runs: " + ", ".join(f"{n} {word}" for word, n in counts.items())
-
-
-def print_goodput(views: list[RunView]) -> None:
-    """Under the table, one line per run that has had a job: goodput, GPU-hours, to finish."""
-    lines = [v.goodput for v in views if v.goodput is not None]
-    if lines:
-        print("\nGPU-hours (python -m hpc.accounting RUN for the breakdown):")
-    for line in lines:
-        print(f"  {printable(line)}")
-
-
-def print_parked(views: list[RunView]) -> None:
-    """Under the table, how to resume each parked run."""
-    parked_views = [v for v in views if v.parked is not None and not v.parked.unknown]
-    if parked_views:
-        print("\nParked runs (no job queued, not finished, failed or cancelled): launch again to resume")
-    for view in parked_views:
-        resume = view.parked.resume if view.parked is not None else ""
-        print(f"  {printable(view.run_dir.name)}: {printable(resume)}")
-
-
-def print_unreadable(views: list[RunView]) -> None:
-    """Under the table, what each run's readers skipped: the rest of the run is shown above."""
-    unreadable = [v.run_dir for v in views if v.run_dir.unreadable]
-    if unreadable:
-        print("\nUnreadable records, skipped (the rest of each run is shown above):")
-    for run_dir in unreadable:
-        print(f"  {printable(run_dir.name)}: {printable(run_dir.unreadable_line())}")
-
-
-def print_service(run_dir: RunDir) -> None:
-    """A running serve job's address, and the ssh line that reaches it from a laptop."""
-    address = address_of(run_dir)
-    if address is None:
-        return
-    print(f"\n{printable(run_dir.name)} serves {printable(address.get('model'))} on "
-          f"{printable(address.get('node'))}:{address.get('port')}; from a laptop:")
-    print(f"  {printable(ssh_line(address, login_host()))}")
-
-
-def login_host() -> str:
-    """The cluster's login host (hpc/launcher/clusters.yaml), else this machine's name."""
-    try:
-        from hpc.launcher.clusters import load_registry
-
-        return load_registry().detect().cluster.login_host or socket.getfqdn()
-    except Exception:  # noqa: BLE001 - a hint line must never break the status view
-        return socket.getfqdn()

@@ -20,6 +20,7 @@ from hpc.job.deadline import (
     BoundarySettings,
     EndTimeError,
     JobEnd,
+    StopReason,
     StopRecord,
     decide,
     decide_start,
@@ -286,3 +287,8 @@ def test_stop_records_go_to_stops_jsonl_with_the_job_and_the_time(tmp_path: Path
 def test_an_unknown_stop_reason_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown stop reason 'timeout'; known: boundary, signal, finished"):
         StopRecord(3, "timeout")
+
+
+def test_a_stop_reason_given_as_a_word_is_held_as_its_member() -> None:
+    """The trainer branches on the member (a declined stop exits 0, others 75), never on the word."""
+    assert StopRecord(3, "declined").reason is StopReason.DECLINED  # type: ignore[arg-type]

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc.job import continuation as cont
-from hpc.job import notify
+from hpc.job import begin_hook, end_hook, notify
 from hpc.launcher.render import render
 from hpc.run.rundir import RunDir
 from tests.doubles.webhook_receiver import WebhookReceiver
@@ -83,8 +82,8 @@ def test_the_end_hook_tells_the_webhook_that_the_run_is_done_or_failed(tmp_path,
         monkeypatch.setenv("HPC_WEBHOOK_URL", hook.url(f"/services/{TOKEN}"))
         for name, exit_code in (("finishes", 0), ("crashes", 1)):
             run = RunDir(tmp_path / name)
-            assert cont.begin(run, model / name, "local", 0) == 0
-            cont.end(cont.EndArgs(run=run, model_dir=model / name, job_id="local", exit_code=exit_code,
+            assert begin_hook.begin(run, model / name, "local", 0) == 0
+            end_hook.end(end_hook.EndArgs(run=run, model_dir=model / name, job_id="local", exit_code=exit_code,
                                   mode="afterany", script=Path("/x.sbatch"), max_resubmits=5, max_failures=1,
                                   log_err=None))
     assert [(r.body["run"], r.body["event"]) for r in hook.received] == [("finishes", "done"), ("crashes", "failed")]

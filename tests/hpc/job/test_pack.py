@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc.job import continuation as cont
-from hpc.job import pack
+from hpc.job import begin_hook, end_decision, end_hook, end_slurm, pack
 from hpc.run.rundir import RunDir
 from hpc.slurm.answer import known
 from hpc.slurm.states import JobState
@@ -55,9 +54,9 @@ def ran(m: pack.Member, job: str, outcome: str, step: int, start_step: int = 0) 
 @pytest.fixture
 def slurm_calls(monkeypatch):
     calls: list = []
-    monkeypatch.setattr(cont, "slurm_view", lambda job, restarts, stop_signal=None: cont.SlurmView())
-    monkeypatch.setattr(cont, "requeued", lambda job: calls.append(("requeue", job)) or True)
-    monkeypatch.setattr(cont, "resubmit", lambda script, job, options=(): calls.append(
+    monkeypatch.setattr(end_slurm, "slurm_view", lambda job, restarts, stop_signal=None: end_decision.SlurmView())
+    monkeypatch.setattr(end_slurm, "requeued", lambda job: calls.append(("requeue", job)) or True)
+    monkeypatch.setattr(pack.successor, "resubmit", lambda script, job, options=(): calls.append(
         ("resubmit", job, options)) or "99")
     return calls
 
@@ -107,11 +106,11 @@ def test_a_run_of_a_pack_records_its_end_but_leaves_continuing_to_the_pack(tmp_p
     run.path.mkdir()
     write_record(run, "submit", job_id="7")
     write_record(run, "job_start", job_id="7", step=0, restart_count=0)
-    monkeypatch.setattr(cont, "slurm_view", lambda job, restarts, stop_signal=None: cont.SlurmView())
-    monkeypatch.setattr(cont, "requeue", lambda job: pytest.fail("a packed run must not requeue the pack's job"))
-    decision = cont.end(cont.EndArgs(run, tmp_path / "models", "7", 75, "requeue", Path("s"), 20, 2, None,
+    monkeypatch.setattr(end_slurm, "slurm_view", lambda job, restarts, stop_signal=None: end_decision.SlurmView())
+    monkeypatch.setattr(end_slurm, "requeue", lambda job: pytest.fail("a packed run must not requeue the pack's job"))
+    decision = end_hook.end(end_hook.EndArgs(run, tmp_path / "models", "7", 75, "requeue", Path("s"), 20, 2, None,
                                      packed=True))
-    assert decision.action == cont.REQUEUE
+    assert decision.action == end_decision.Action.REQUEUE
     assert [r["event"] for r in ledger_lines(run)] == ["submit", "job_start", "job_end"]
 
 
@@ -124,7 +123,7 @@ def queue(monkeypatch, slurm_calls):
     states: dict[str, str] = {}
     monkeypatch.setattr(pack.successor, "queue_state", lambda job: known(JobState(states[job]), False)
                         if job in states else known(JobState.UNKNOWN, True))
-    monkeypatch.setattr(pack.cont, "seconds_left", lambda job: 0.0)
+    monkeypatch.setattr(end_slurm, "seconds_left", lambda job: 0.0)
     monkeypatch.setattr(pack.successor, "cancel", lambda run, job: slurm_calls.append(("cancel", job)))
     monkeypatch.setattr(pack.successor, "ensure", lambda runs, job, script, options=(): slurm_calls.append(
         ("successor", job, tuple(r.name for r in runs))) or "98")
@@ -141,7 +140,7 @@ def test_a_successor_pack_exits_while_its_requeued_predecessor_is_back_in_the_qu
     a = member(tmp_path, "a")
     write_record(a.run, "successor", job_id="8", after="7")
     queue["7"] = "PENDING"
-    assert pack.begin([a], "8", Path("pack.sbatch")) == cont.EXIT_NOTHING_TO_DO
+    assert pack.begin([a], "8", Path("pack.sbatch")) == begin_hook.EXIT_NOTHING_TO_DO
     assert slurm_calls == []
 
 

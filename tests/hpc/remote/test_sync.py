@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hpc.remote import sync
 from hpc.remote.ssh import Connection, RemoteError
 from hpc.remote.sync import local_tree, push, send
 from hpc.synced_checkout import FOLDER, MARKER, SETUP
@@ -76,3 +77,9 @@ def test_a_transfer_cut_off_leaves_the_checkout_marked_incomplete_and_the_next_s
             (laptop.repo / "hpc" / "launch.py").read_text()
     finally:
         conn.close()
+
+
+def test_a_probe_word_of_no_folder_kind_is_an_error_never_a_folder_to_write_into():
+    assert sync.folder_kind("foreign", "h:/x") is sync.FolderKind.FOREIGN
+    with pytest.raises(RemoteError, match="cannot look into h:/x: the probe answered 'shared', not one of new, ours"):
+        sync.folder_kind("shared", "h:/x")

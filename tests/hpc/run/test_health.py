@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from hpc.run.health import HealthSettings, SettingError, check, collapsed, stalled
+from hpc.run.health import FlagKind, HealthSettings, SettingError, check, collapsed, stalled
 from hpc.run.rundir import RunDir
 from hpc.run.steps import Step, trained_steps
+from hpc.slurm.states import JobState
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -96,6 +97,12 @@ def test_only_a_running_job_can_stall_and_every_flag_is_reported():
     assert [f.kind for f in both] == ["stalled", "collapsed"]
     assert [f.kind for f in check(flat, [], "9", "PENDING", None, t(5000), DEFAULT)] == ["collapsed"]
     assert check(EVERY_100S, [], "9", "COMPLETED", t(0), t(99999), DEFAULT) == []
+
+
+def test_a_flags_kind_is_a_flag_kind_member_the_watcher_and_the_webhook_go_by():
+    flat = steps("9", *((k, k + 1) for k in range(12)), spread=0.0)
+    kinds = [f.kind for f in check(flat, [], "9", JobState.RUNNING, t(0), t(5000), DEFAULT)]
+    assert kinds == [FlagKind.STALLED, FlagKind.COLLAPSED] and all(type(kind) is FlagKind for kind in kinds)
 
 
 def test_thresholds_come_from_the_environment():

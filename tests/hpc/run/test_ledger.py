@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 from hpc.run import ledger
 from hpc.run.ledger import (
     KINDS,
+    By,
     Cancelled,
     Chain,
     Decline,
+    DeclineAction,
     Done,
     Failed,
     JobEnd,
@@ -148,6 +150,28 @@ def test_what_is_no_record_is_skipped_and_named_and_the_rest_read(run: RunDir) -
     assert sorted(skipped) == [2, 3, 4, 6, 7, 8], "each bad line named; a newer release's event and the torn end not"
     assert skipped[6] == "no 'job_id'" and skipped[7] == "no 'event'"
     assert skipped[8].startswith("step 'three' is not a whole number")
+
+
+def test_a_state_word_this_code_does_not_know_makes_its_line_unreadable_never_another_state(run: RunDir) -> None:
+    """A ``job_end`` whose outcome is no Outcome (a newer release's, a hand edit) is skipped and named:
+    read as text it would have broken the failure streak as if the job had made progress."""
+    write_record(run, "job_start", job_id="1", step=0, restart_count=0)
+    write_record(run, "job_end", job_id="1", exit_code=1, step=0, outcome="exploded")
+    write_record(run, "requeue", job_id="1", by="operator")
+    write_record(run, "decline", action="pause", step=4)
+    assert [type(r) for r in ledger.read(run)] == [JobStart]
+    skipped = {s.line: s.why for s in run.unreadable}
+    assert skipped == {2: "outcome 'exploded' is not one of stopped_for_time, finished, failed",
+                       3: "by 'operator' is not one of job, slurm, successor",
+                       4: "action 'pause' is not one of continue, stop, rollback"}
+
+
+def test_a_records_state_fields_hold_members_whatever_word_they_were_given() -> None:
+    end = JobEnd(job_id="1", outcome="stopped_for_time")  # type: ignore[arg-type]
+    assert end.outcome is Outcome.STOPPED and Requeue(job_id="1", by="slurm").by is By.SLURM  # type: ignore[arg-type]
+    assert Decline(action="rollback").action is DeclineAction.ROLLBACK  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'exploded' is not a valid Outcome"):
+        JobEnd(job_id="1", outcome="exploded")  # type: ignore[arg-type]
 
 
 def test_a_ledger_that_cannot_be_read_at_all_is_none_for_the_views_and_an_error_for_the_hooks(run: RunDir) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc.job import continuation
+from hpc.job import begin_hook
 from hpc.run import checkpoints as ck
 from hpc.run import ownership
 from hpc.run.rundir import RunDir
@@ -149,8 +149,8 @@ def test_the_jobs_begin_hook_refuses_a_folder_another_run_owns_and_marks_the_run
     other, mine = RunDir(tmp_path / "a" / "exp"), RunDir(tmp_path / "b" / "exp")
     other.path.mkdir(parents=True)
     ownership.claim(other, model)
-    assert continuation.begin(mine, model, "123", 0) == continuation.EXIT_NOT_OURS
+    assert begin_hook.begin(mine, model, "123", 0) == begin_hook.EXIT_NOT_OURS
     assert "belongs to run exp" in mine.read_failed()["reason"]
     assert not any(r["event"] == "job_start" for r in ledger_lines(mine))
-    assert continuation.begin(other, model, "124", 0) == 0
+    assert begin_hook.begin(other, model, "124", 0) == 0
     assert json.loads(other.model_record_file.read_text())["model_dir"] == str(model.resolve())

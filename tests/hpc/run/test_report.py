@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc.job import continuation
+from hpc.job import begin_hook, end_hook
 from hpc.run import ledger
 from hpc.run.ledger import Submit
 from hpc.run.report import DPI, FIG_SIZE, model_bars
@@ -74,12 +74,12 @@ def report_run(run: Run, art_e_data_dir: Path, monkeypatch) -> RunDir:
             monkeypatch.setenv(name, value)
         for job, stop_after in (("1001", 11), ("1002", None)):
             monkeypatch.setenv("SLURM_JOB_ID", job)
-            continuation.begin(run.run_dir, run.model_dir, job, 0)
+            begin_hook.begin(run.run_dir, run.model_dir, job, 0)
             stop = StopRequest()
             if stop_after is not None:
                 watch_steps(run.run_dir, stop_after, stop)
             code = train_in_process(stop, overrides=LONG_RUN)
-            continuation.end(continuation.EndArgs(run.run_dir, run.model_dir, job, code, "chain", Path("x"), 5, 2,
+            end_hook.end(end_hook.EndArgs(run.run_dir, run.model_dir, job, code, "chain", Path("x"), 5, 2,
                                                   None))
         monkeypatch.delenv("HPC_RUN_DIR")
         monkeypatch.setenv("RUNS_DIR", str(run.run_dir.path.parent))

@@ -8,7 +8,7 @@ import os
 
 from hpc.run import checkpoints as ck
 from hpc.run import ledger
-from hpc.run.monitor import runs
+from hpc.run.monitor import run_state, runs, runs_table
 from hpc.run.rundir import RunDir
 from tests.doubles.step_trainer import safetensors_bytes
 
@@ -97,10 +97,10 @@ def test_a_sweeps_runs_are_grouped_after_the_runs_on_their_own(tmp_path):
         run = RunDir(tmp_path / name)
         views.append(runs.computed(run, [], "", "RUNNING" if name == "b.seed=1" else "", runs.accounting.account(
             name, runs.accounting.RunFiles.read(run), [], None), [], None))
-    groups = runs.by_sweep(views)
+    groups = runs_table.by_sweep(views)
     assert [(sweep, [v.run_dir.name for v in group]) for sweep, group in groups] == [
         ("", ["alone"]), ("a", ["a.x=1"]), ("b", ["b.seed=1", "b.seed=2"])]
-    assert runs.sweep_summary(groups[2][1]) == "2 runs: 1 RUNNING, 1 finished"
+    assert runs_table.sweep_summary(groups[2][1]) == "2 runs: 1 RUNNING, 1 finished"
 
 
 def test_a_moved_run_shows_where_it_went_and_an_arrived_one_that_it_waits_for_its_launch_here(tmp_path):
@@ -111,7 +111,7 @@ def test_a_moved_run_shows_where_it_went_and_an_arrived_one_that_it_waits_for_it
     write_record(run, "submit", job_id="9", cluster="vista", argv=["--job_name", "r"])
     write_record(run, "moved", to="jureca:/p/runs", step=5, bundle="ab" * 16)
     records = ledger.read(run)
-    row = runs.run_row(run, "9", "COMPLETED", records, parked_run=runs.parked(run, records, {}, {}))
+    row = runs.run_row(run, "9", "COMPLETED", records, parked_run=run_state.parked(run, records, {}, {}))
     assert row[-1].startswith("MOVED to jureca:/p/runs at step 5") and row[7] == "-"
 
     arrived = RunDir(tmp_path / "b")
@@ -119,6 +119,6 @@ def test_a_moved_run_shows_where_it_went_and_an_arrived_one_that_it_waits_for_it
     write_record(arrived, "submit", job_id="9", cluster="vista", argv=["--job_name", "r"])
     write_record(arrived, "moved_in", source="vista:/w/runs/r", step=5, bundle="ab" * 16)
     records = ledger.read(arrived)
-    assert runs.parked(arrived, records, {}, {}) is None  # job 9 was vista's
+    assert run_state.parked(arrived, records, {}, {}) is None  # job 9 was vista's
     row = runs.run_row(arrived, "", "", records)
     assert row[-1] == "MOVED in at step 5 from vista:/w/runs/r: launch it here to continue"

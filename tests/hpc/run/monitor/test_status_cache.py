@@ -15,7 +15,7 @@ import pytest
 
 from hpc.run import checkpoints as ck
 from hpc.run import ledger
-from hpc.run.monitor import runs, status_cache
+from hpc.run.monitor import runs, runs_table, status_cache
 from hpc.run.monitor.rundirs import run_dirs
 from hpc.run.rundir import RunDir
 from tests.doubles.ledger_lines import write_record
@@ -50,7 +50,7 @@ def finished_run(runs_dir: Path, name: str, job: str, steps: int = 3) -> RunDir:
 
 def status(runs_dir: Path, capsys) -> str:
     """One status.sh call's runs table (the queue part left out)."""
-    assert runs.status_view(getpass.getuser(), runs_dir, "") == 0
+    assert runs_table.status_view(getpass.getuser(), runs_dir, "") == 0
     return capsys.readouterr().out.split("\n\n", 1)[1]
 
 
@@ -263,8 +263,8 @@ def test_when_squeue_does_not_answer_kept_rows_stand_and_the_table_says_so(tmp_p
     first = status(tmp_path / "runs", capsys)
     squeue = slurm_stand_in / "bin" / "squeue"
     squeue.write_text("#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller' >&2\nexit 1\n")
-    with pytest.raises(runs.Failure, match="squeue failed"):
-        runs.status_view(getpass.getuser(), tmp_path / "runs", "")
+    with pytest.raises(runs_table.Failure, match="squeue failed"):
+        runs_table.status_view(getpass.getuser(), tmp_path / "runs", "")
     out = capsys.readouterr().out
     assert "UNKNOWN (squeue failed" in out and "SLURM QUEUE UNKNOWN" in out
     assert first.splitlines()[1:] == out.split("\n\n", 1)[1].splitlines()[2:] and read_runs == ["a"]
