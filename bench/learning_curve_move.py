@@ -20,9 +20,11 @@ import shutil
 import time
 from pathlib import Path
 
-from bench.gpu_proof_kit import Process, ProofFailed, Work, after_steps, check_consecutive, run_together
 from hpc.errors import UsageError
 from hpc.job.workload_env import HPC_SIGNAL_GRACE, HPC_VLLM_PORT
+from trainer.proof.figures import check_consecutive
+from trainer.proof.processes import Process, after_steps, run_together
+from trainer.proof.workspace import ProofFailed, Work
 
 MOVED_RUN = "seed1"
 PART_MIB = 15  # a part small enough to come back from a lent machine as a plain file

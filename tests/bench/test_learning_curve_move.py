@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from bench import learning_curve as bench
-from bench.gpu_proof_kit import ProofFailed, Work
 from bench.learning_curve_move import MODEL_HASHES, PART_MIB, bundle_seed, move_folder, resume_seed
 from tests.bench.test_learning_curve import CPU_OVERRIDES, inbox_agent
 from tests.doubles.openai_server import OpenAIServer
+from trainer.proof.workspace import ProofFailed, Work
 
 
 def staged(root: Path, url: str, data: Path) -> Work:
@@ -78,7 +78,7 @@ def test_resume_from_a_folder_that_is_no_move_is_a_one_line_error_with_exit_2_an
     work = tmp_path / "work"
     assert bench.main(["resume", "--work", str(work), "--move", str(tmp_path / "nothing"), "--gpus", "0"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
-    assert line == (f"learning_curve.py: error: --move {tmp_path / 'nothing'} is no learning-bench move (no "
-                    f"{MODEL_HASHES} or bundle/ in it): accepted the WORK/move folder bench/learning_curve.py "
-                    "start wrote")
+    assert line == (f"bench.learning_curve: error: --move {tmp_path / 'nothing'} is no learning-bench move (no "
+                    f"{MODEL_HASHES} or bundle/ in it): accepted the WORK/move folder python -m "
+                    "bench.learning_curve start wrote")
     assert not work.exists()
