@@ -36,6 +36,7 @@ from pathlib import Path
 
 import resubmit_goodput as rg  # bench/ is on sys.path when this script runs
 
+from hpc.job.exit_codes import EXIT_BAD_INPUT
 from hpc.run import ledger
 from hpc.run.ledger import JobEnd
 from hpc.run.rundir import RunDir
@@ -154,7 +155,7 @@ def main() -> int:
     problem = bad_input(args)
     if problem:
         print(f"boundary_goodput: {problem}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     with tempfile.TemporaryDirectory(prefix="boundary_goodput-") as tmp:
         runs_dir = Path(tmp) / "runs"
         runs = {mode: RunDir(runs_dir / f"bench_{mode}") for mode in MODES}

@@ -94,8 +94,8 @@ from bench.gpu_proof_kit import (  # noqa: E402
 from bench.gpu_proof_memory import memory_estimate  # noqa: E402
 from bench.gpu_proof_two_gpus import TWO_GPU_STAGES, stage_baseline  # noqa: E402
 from hpc.digits import is_count  # noqa: E402
+from hpc.job.exit_codes import EXIT_BAD_INPUT, EXIT_STOPPED_FOR_TIME  # noqa: E402
 from hpc.run.checkpoints import list_checkpoints  # noqa: E402
-from hpc.run.rundir import EXIT_STOPPED_FOR_TIME  # noqa: E402
 from tests.doubles.openai_server import OpenAIServer  # noqa: E402
 
 SMALL_STAGES = ("env", "model", "train", "resume", "boundary", "eval", "serve", "dedicated", "judge", "pack", "baseline")
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         problem = fresh_folder_problem(args.work)
         if problem:
             print(f"gpu_proof: error: {problem}", file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT
     if args.background:
         return background.start(Path(__file__).resolve(), argv, args.work)
     code = prove(args)

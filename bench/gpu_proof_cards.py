@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 from bench.gpu_proof_kit import REPO, ProofFailed, Work, last_lines
 from bench.gpu_proof_memory import VllmMemory, vllm_memory
+from hpc.job.workload_env import HPC_PROOF_GPU_FRACTION, HPC_PROOF_TORCH_PEAKS
 
 EMULATION_PATH = REPO / "bench" / "card_emulation"
 CONFIG = "agent_008"
@@ -91,8 +92,8 @@ class Emulation:
 
     def env(self, peaks: Path) -> dict[str, str]:
         """What the training side's processes get: the cap, the peaks' folder, sitecustomize first on the path."""
-        return {"PYTHONPATH": f"{EMULATION_PATH}{os.pathsep}{REPO}", "HPC_PROOF_GPU_FRACTION": f"{self.fraction:.4f}",
-                "HPC_PROOF_TORCH_PEAKS": str(peaks)}
+        return {"PYTHONPATH": f"{EMULATION_PATH}{os.pathsep}{REPO}", HPC_PROOF_GPU_FRACTION: f"{self.fraction:.4f}",
+                HPC_PROOF_TORCH_PEAKS: str(peaks)}
 
     def describe(self, share: float) -> str:
         return (f"emulating {self.card.cluster}'s {self.card.gib:.0f} GiB card on this {self.physical_gib:.1f} GiB one: "
@@ -103,7 +104,7 @@ class Emulation:
 
 def peaks_env(peaks: Path) -> dict[str, str]:
     """Without emulation: only the training processes' torch peaks, no cap."""
-    return {"PYTHONPATH": f"{EMULATION_PATH}{os.pathsep}{REPO}", "HPC_PROOF_TORCH_PEAKS": str(peaks)}
+    return {"PYTHONPATH": f"{EMULATION_PATH}{os.pathsep}{REPO}", HPC_PROOF_TORCH_PEAKS: str(peaks)}
 
 
 # -- the launcher's decision ---------------------------------------------------------------------------

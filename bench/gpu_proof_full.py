@@ -70,6 +70,7 @@ from bench.gpu_proof_kit import (
     trainer_process,
 )
 from bench.gpu_proof_memory import LogPhase, ProcessMemory, TargetCheck, made_shape, trainer_torch_peaks, vllm_memory
+from hpc.job.exit_codes import EXIT_STOPPED_FOR_TIME
 from hpc.run.checkpoints import list_checkpoints
 
 FULL_RUN = "agent008-14b"
@@ -458,7 +459,7 @@ def resumed_lines(run: Work, plan: FullPlan, env: dict[str, str], figures: Figur
 
     resumed = run_watched(run, plan, name, until, env)
     watch = watches[0]
-    if resumed.code != 75:
+    if resumed.code != EXIT_STOPPED_FOR_TIME:
         raise ProofFailed(f"the resumed job exited {resumed.code}, not 75 after SIGUSR1: {last_lines(resumed.log)}")
     check_served(watch, config.model_name, last)
     steps = [r["step"] for r in resumed.mark.steps()]

@@ -30,10 +30,11 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.adapter_weights import same_weights  # noqa: E402
+from hpc.job.exit_codes import EXIT_STOPPED_FOR_TIME  # noqa: E402
 from hpc.job.workload_env import Job, job_env, offline_env, run_slot_env  # noqa: E402
 from hpc.run.checkpoints import list_checkpoints  # noqa: E402
 from hpc.run.checkpoints import model_dir as art_model_dir  # noqa: E402
-from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir  # noqa: E402
+from hpc.run.rundir import RunDir  # noqa: E402
 from tests.doubles.openai_server import Reply, text  # noqa: E402
 
 FIXTURE = REPO / "tests" / "fixtures" / "art_e"

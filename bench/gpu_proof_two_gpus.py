@@ -62,6 +62,7 @@ from bench.gpu_proof_kit import (
     wait_for,
 )
 from bench.gpu_proof_memory import memory_estimate
+from hpc.job.workload_env import HPC_SETUP_ERROR
 
 JUDGE_PORT = 18765  # hpc.launcher.judge_serve's default
 JUDGE_START_TIMEOUT = 900
@@ -190,8 +191,8 @@ def stage_judge(work: Work, args: argparse.Namespace) -> list[str]:
     began = time.monotonic()
     try:
         workload = served.start()
-        if workload.get("HPC_SETUP_ERROR"):
-            raise ProofFailed(workload["HPC_SETUP_ERROR"])
+        if workload.get(HPC_SETUP_ERROR):
+            raise ProofFailed(workload[HPC_SETUP_ERROR])
         judge_seconds = time.monotonic() - began
         with CountingForwarder(served.api_base.removesuffix("/v1")) as forwarder:
             asking = dataclasses.replace(run, judge_url=forwarder.base_url, devices=workload["CUDA_VISIBLE_DEVICES"],

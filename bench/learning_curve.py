@@ -78,6 +78,8 @@ from bench.gpu_proof_kit import (  # noqa: E402
 )
 from bench.learning_curve_results import plot, redraw, results, verdicts, write_json  # noqa: E402
 from hpc.digits import ascii_float, is_count  # noqa: E402
+from hpc.job.exit_codes import EXIT_BAD_INPUT  # noqa: E402
+from hpc.job.workload_env import HPC_JOB_END_TIME, HPC_SIGNAL_GRACE, HPC_VLLM_PORT  # noqa: E402
 from hpc.run.rundir import RunDir, read_jsonl  # noqa: E402
 from trainer.staging.synthetic_inbox import warmup_questions  # noqa: E402
 
@@ -431,7 +433,7 @@ def trainers(work: Work, gpus: list[str], deadline: float, extra: tuple[str, ...
         run = work.for_run(spec.name, spec.devices)
         run.claim()
         argv = ["-m", "trainer.train", "--config", CONFIG, *spec.overrides(work.model, mode), *extra]
-        job = {"HPC_JOB_END_TIME": str(int(deadline)), "HPC_SIGNAL_GRACE": "0", "HPC_VLLM_PORT": str(spec.port)}
+        job = {HPC_JOB_END_TIME: str(int(deadline)), HPC_SIGNAL_GRACE: "0", HPC_VLLM_PORT: str(spec.port)}
         processes.append(Process(run, spec.name, argv, until=lambda: time.time() > deadline, env={**job, **env}))
     return processes
 
@@ -776,7 +778,7 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:  # not the bench's JSON, a bad --png
             print(f"learning_curve.py: error: cannot draw {args.json}: {type(error).__name__}: "
                   f"{' '.join(str(error).split())[:200]}", file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT
         return 0
     args.gpus = args.gpus or default_gpus()
     work = Work(args.work)
@@ -794,7 +796,7 @@ def main(argv: list[str] | None = None) -> int:
     problem = too_short(plan_of(args.gpus, args.minutes, args.warmup_steps))
     if problem is not None:
         print(f"learning_curve.py: error: {problem}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     return start(args, argv) if args.command == "start" else run_all(args)
 
 

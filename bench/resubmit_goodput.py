@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from hpc.job.exit_codes import EXIT_BAD_INPUT  # noqa: E402
 from hpc.run import ledger  # noqa: E402
 from hpc.run.ledger import Chain, JobEnd, JobStart, Resubmit, Submit, Successor  # noqa: E402
 from hpc.run.rundir import RunDir  # noqa: E402
@@ -227,7 +228,7 @@ def main() -> int:
     problem = bad_input(modes, args)
     if problem:
         print(f"resubmit_goodput: {problem}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     with tempfile.TemporaryDirectory(prefix="resubmit_goodput-") as tmp:
         return run_all(Path(tmp) / "runs", ["baseline", *modes], args.steps, args.signal_grace, args.timeout)
 

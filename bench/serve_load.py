@@ -36,6 +36,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.eval_throughput import model_server, stage  # noqa: E402
+from hpc.job.workload_env import HPC_RUN_DIR  # noqa: E402
 from trainer.serving.vllm_server import free_port  # noqa: E402
 
 TURNS = 2
@@ -49,7 +50,7 @@ def service(model_url: str, data_dir: Path, concurrency: int) -> Iterator[str]:
 
     port = free_port()
     env = {**os.environ, "DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    env.pop("HPC_RUN_DIR", None)
+    env.pop(HPC_RUN_DIR, None)
     child = subprocess.Popen([sys.executable, "-m", "trainer.serve", "--config", "smoke", "--model_base", model_url,
                               "--model_name", "policy", "--port", str(port), "--run_dir", str(data_dir / "serve_run"),
                               f"max_in_flight={concurrency}", "max_queue=1000"],

@@ -58,10 +58,18 @@ from pathlib import Path
 from typing import Any
 
 from hpc.job import deadline, notify, successor
+from hpc.job.exit_codes import (
+    EXIT_BAD_INPUT,
+    EXIT_CONFIG_ERROR,
+    EXIT_NOT_OURS,
+    EXIT_NOTHING_TO_DO,
+    EXIT_RUN_HELD,
+    EXIT_STOPPED_FOR_TIME,
+)
 from hpc.job.successor import resubmit
+from hpc.job.workload_env import HPC_PACK_RUNS
 from hpc.run import lease, ledger, ownership
 from hpc.run.checkpoints import latest_complete, quarantine_incomplete
-from hpc.run.lease import EXIT_RUN_HELD
 from hpc.run.ledger import (
     By,
     Cancelled,
@@ -76,7 +84,7 @@ from hpc.run.ledger import (
     Requeue,
     Resubmit,
 )
-from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
+from hpc.run.rundir import RunDir
 from hpc.slurm import answer as answers
 from hpc.slurm import calls
 from hpc.slurm.answer import Knowledge
@@ -87,10 +95,7 @@ log = logging.getLogger("hpc.job.continuation")
 
 # A workload that exits 78 (the trainer's preflight or setup: a configuration error) or 2 (bad
 # input: the evaluation's and the service's bad model or data, a usage error) cannot outgrow it.
-PERMANENT_EXIT_CODES = (EXIT_CONFIG_ERROR, 2)
-EXIT_NOTHING_TO_DO = 10  # begin: the run is finished or failed; the job exits 0 at once
-EXIT_NOT_OURS = 3  # begin: the model folder belongs to another run; the job fails, nothing continues
-# EXIT_RUN_HELD (12, hpc/run/lease.py): begin: another job holds the run; this one touched nothing and ends
+PERMANENT_EXIT_CODES = (EXIT_CONFIG_ERROR, EXIT_BAD_INPUT)
 END_RESERVE = 15.0  # seconds an end hook keeps before its job's end when it retries Slurm
 UNKNOWN_END_SECONDS = 30.0  # how long an end hook retries when Slurm does not say when its job ends
 CANCEL_ASK_SECONDS = 10.0  # after a TERM, Slurm kills the job KillWait (30 s by default) later
@@ -485,7 +490,7 @@ def nothing_to_do(run: RunDir, job_id: str) -> str | None:
 
 def pack_share() -> int | None:
     """In a pack job (hpc/job/pack.py): how many runs share it, so accounting charges each its part."""
-    runs = os.environ.get("HPC_PACK_RUNS", "")
+    runs = os.environ.get(HPC_PACK_RUNS, "")
     return int(runs) if runs.isdigit() else None
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from hpc.job import continuation as cont
 from hpc.job import successor, trusted_run
+from hpc.job.exit_codes import EXIT_NOTHING_TO_DO
 from hpc.job.plain_file import make_plain
 from hpc.run import ledger
 from hpc.run.ledger import By, Requeue, Resubmit
@@ -168,7 +169,7 @@ def begin(members: list[Member], job_id: str, script: Path) -> int:
         before = successor.predecessor(ledger.read(m.run), job_id)
         if before is not None and before != job_id and successor.still_queued(before):
             print(f"[pack] job {before}, which this job follows, is back in the queue and carries the runs")
-            return cont.EXIT_NOTHING_TO_DO
+            return EXIT_NOTHING_TO_DO
     if working and job_id.isdigit():
         successor.ensure([m.run for m in working], job_id, script)
     return 0

@@ -18,6 +18,7 @@ import stat
 import sys
 from pathlib import Path
 
+from hpc.job.exit_codes import EXIT_BAD_INPUT
 from hpc.run.rundir import OutsideRun, open_inside
 
 
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2:
         print("usage: python -S -m hpc.job.plain_file RUN_DIR PATH [PATH ...]", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     root = Path(args[0])
     for path in map(Path, args[1:]):
         try:

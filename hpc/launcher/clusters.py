@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hpc import yamlfile
 from hpc.errors import UsageError
+from hpc.job.workload_env import HPC_HOSTNAME
 from hpc.launcher.timelimit import parse_time_limit
 
 REGISTRY_FILE = Path(__file__).with_name("clusters.yaml")
@@ -107,9 +108,9 @@ class Registry:
 
 def current_hostname() -> tuple[str, str]:
     """The hostname used for detection and where it came from (HPC_HOSTNAME wins)."""
-    override = os.environ.get("HPC_HOSTNAME")
+    override = os.environ.get(HPC_HOSTNAME)
     if override:
-        return override, "HPC_HOSTNAME"
+        return override, HPC_HOSTNAME
     return qualified_hostname(), "hostname"
 
 

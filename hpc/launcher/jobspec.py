@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc.errors import UsageError
-from hpc.job.workload_env import Job, job_env, launch_names
+from hpc.job.workload_env import HPC_RAY_JOIN_TIMEOUT, Job, job_env, launch_names
 from hpc.launcher.clusters import Cluster, Detection
 from hpc.launcher.envfiles import EnvLayer, MergedEnv, parse_env_flags, read_dotenv, resolve_one
 from hpc.launcher.managed_vars import refuse_managed
@@ -43,7 +43,7 @@ PRINTED_SETTINGS = ("RUNS_DIR", "ART_PATH", "DATA_DIR", "HF_HOME", "HF_HUB_CACHE
                     "ART_VLLM_RUNTIME_CACHE_DIR", "ART_VLLM_RUNTIME_BIN", "TUNNEL_HOST", "TUNNEL_PORT",
                     "TUNNEL_SSH_OPTS", "TUNNEL_TIMEOUT", "JUDGE_SERVE_MODEL", "JUDGE_SERVE_GPUS", "JUDGE_SERVE_PORT",
                     "JUDGE_SERVE_MAX_MODEL_LEN", "JUDGE_SERVE_MAX_OUTPUT_TOKENS", "JUDGE_SERVE_TIMEOUT",
-                    "HPC_RAY_JOIN_TIMEOUT")
+                    HPC_RAY_JOIN_TIMEOUT)
 
 # '=' and '+' appear in sweep runs' names (lr_sweep.learning_rate=2e-5.seed=1; hpc/launcher/sweeps.py).
 JOB_NAME_RE = RUN_NAME_RE  # a job's name is its run's (hpc/run/rundir.py)
@@ -226,7 +226,7 @@ def check_ray_port(port: int, num_nodes: int) -> int:
 
 def check_ray_join_timeout(env: MergedEnv) -> int:
     """HPC_RAY_JOIN_TIMEOUT: how long a multi-node job waits for all its Ray nodes (seconds)."""
-    return env.int_setting("HPC_RAY_JOIN_TIMEOUT", DEFAULT_RAY_JOIN_TIMEOUT, 10, 86400)
+    return env.int_setting(HPC_RAY_JOIN_TIMEOUT, DEFAULT_RAY_JOIN_TIMEOUT, 10, 86400)
 
 
 def check_slurm_word(flag: str, value: str | None) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import jinja2
 
+from hpc.job import exit_codes
 from hpc.job.workload_env import offline_env, run_slot_env
 from hpc.launcher.template_cache import template_cache
 
@@ -52,6 +53,7 @@ def make_environment(templates_dir: Path = TEMPLATES_DIR) -> jinja2.Environment:
     env.filters["q"] = shell_quote
     env.filters["sbatch"] = sbatch_value
     env.globals.update(offline_env=offline_env, run_slot_env=run_slot_env)  # what a job gives its workload
+    env.globals.update(exit_codes=exit_codes)  # the codes job control compares, as hpc/job/exit_codes.py defines them
     env.bytecode_cache = template_cache(templates_dir, env)  # set last: its key covers the filters
     return env
 

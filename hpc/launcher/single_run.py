@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpc.errors import UsageError
 from hpc.job import vllm_runtime
+from hpc.job.workload_env import HPC_RUN_DIR
 from hpc.launcher import packing
 from hpc.launcher import submit as slurm
 from hpc.launcher.clusters import Cluster, Registry
@@ -72,7 +73,7 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
     outer = outer_env(cluster, job_name)
     runs_dir = resolve_runs_dir(args.runs_dir, layers, outer)
     run_dir = RunDir(trusted_folder(runs_dir / job_name))
-    env, judge = job_env(args, layers, {**outer, "HPC_RUN_DIR": str(run_dir.path)}, cluster, num_nodes)
+    env, judge = job_env(args, layers, {**outer, HPC_RUN_DIR: str(run_dir.path)}, cluster, num_nodes)
     art_path = env.get("ART_PATH") or str(run_dir.path / "art")
     trainer = trainer_config(config, train_args, args.entrypoint)
     gpus = plan_gpus(args.gpus_per_node, cluster, trainer if args.entrypoint == DEFAULT_ENTRYPOINT else None)

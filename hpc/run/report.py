@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hpc.errors import UsageError
+from hpc.job.exit_codes import EXIT_BAD_INPUT
 from hpc.run import fields as kinds
 from hpc.run import ledger
 from hpc.run.best import best_and_last, best_of
@@ -343,11 +344,11 @@ def main(argv: list[str] | None = None) -> int:
         run = run_argument(args.run, args.runs_dir)
     except UsageError as error:
         print(f"hpc.report: {error}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     if not run.holds(run.ledger) and not run.holds(run.steps_file):
         print(f"hpc.report: error: {run.path} is not a run directory (no ledger.jsonl or steps.jsonl)",
               file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     try:
         report = write_report(run)
     except OSError as error:  # a link or a file where the report goes; a full disk, no permission

@@ -59,17 +59,6 @@ from typing import Any, Callable, Iterator, Optional
 from hpc.run import fields as kinds
 from hpc.run.fields import Check, Fields, problem, shown
 
-# Exit code the trainer (or any entrypoint) uses to say "I stopped cleanly
-# because time is up; continue the run". 75 is EX_TEMPFAIL from sysexits.h.
-EXIT_STOPPED_FOR_TIME = 75
-# Exit code for "a configuration error this run cannot outgrow" (missing data, a
-# rejected key, a missing package: trainer/training/preflight.py, trainer.train's setup
-# errors): job control gives the run up at once instead of retrying. 78 is EX_CONFIG.
-EXIT_CONFIG_ERROR = 78
-# Exit code for "every failure may pass later" (the trainer's preflight: the network, a busy judge): job
-# control retries, up to --max_failures. 69 is EX_UNAVAILABLE.
-EXIT_UNAVAILABLE = 69
-
 # A run's name: its folder under the runs directory (the launcher's --job_name). Never a '/', never
 # only dots: a name can only ever name one folder inside the runs directory.
 RUN_NAME_RE = re.compile(r"[A-Za-z0-9._=+-]{1,64}")

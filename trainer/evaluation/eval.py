@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from hpc.job.exit_codes import EXIT_BAD_INPUT
+from hpc.job.workload_env import HPC_RUN_DIR
 from hpc.run import fields as kinds
 from hpc.run.best import NoBest, best_checkpoint
 from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints
@@ -67,7 +69,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trainer.eval")
 EVAL_KEYS = ("models", "split", "limit", "concurrency", "run", "force")
-EXIT_BAD_INPUT = 2
 
 
 class EvalError(Exception):
@@ -347,8 +348,8 @@ def int_setting(settings: dict[str, str], key: str) -> int | None:
 
 def default_runs_dir() -> Path:
     """In a job, the runs directory its run lives in; else RUNS_DIR as the launcher finds it."""
-    if os.environ.get("HPC_RUN_DIR"):
-        return Path(os.environ["HPC_RUN_DIR"]).parent
+    if os.environ.get(HPC_RUN_DIR):
+        return Path(os.environ[HPC_RUN_DIR]).parent
 
     return Path(cluster_setting("RUNS_DIR") or REPO / "runs")
 

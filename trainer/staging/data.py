@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpc.job.exit_codes import EXIT_BAD_INPUT
 from trainer.agent.email_db import DB_FILENAME, MAX_BODY_CHARS, MAX_RECIPIENTS, EmailDB
 from trainer.agent.email_db_build import BuildReport, build_database, temporary_file
 from trainer.agent.scenarios import SCENARIOS_DIRNAME, SPLITS, Scenario, read_scenario_file, scenario_file
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = commands[args.command](args)
     except (SourceError, ConfigError, ModelMakerError, SyntheticInboxError) as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except OSError as error:  # a folder not writable, a disk full: one line, not a traceback
         print(f"error: {error.filename or ''}: {error.strerror or error}", file=sys.stderr)
         return 1

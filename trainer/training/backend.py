@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from hpc.job.workload_env import HPC_VLLM_PORT
 from trainer.staging.model_cache import offline_cache_problem
 from trainer.training.config import TrainerConfig, one_line, vllm_engine_args
 from trainer.training.environment import Paths, metrics_reporters
@@ -130,7 +131,7 @@ async def register(model: art.TrainableModel, backend: Any) -> None:
 def server_config(env: dict[str, str] | os._Environ) -> art.dev.OpenAIServerConfig | None:
     """The vLLM port a pack job gave this run (HPC_VLLM_PORT: each run of a pack has its own,
     hpc/job/pack.py); None lets ART pick a free one."""
-    port = env.get("HPC_VLLM_PORT", "")
+    port = env.get(HPC_VLLM_PORT, "")
     return {"server_args": {"port": int(port)}} if port.isdigit() else None
 
 

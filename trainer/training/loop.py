@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc.job.deadline import BoundaryRule, StopRecord, record_stop
+from hpc.job.exit_codes import EXIT_STOPPED_FOR_TIME
 from hpc.job.on_decline import after_validation, settle
 from hpc.run.best import best_and_last, best_of
 from hpc.run.checkpoints import quarantine_incomplete
 from hpc.run.decline import ROLLBACK, STOP, Decisions
-from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, utc_now
+from hpc.run.rundir import utc_now
 from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import Judge
 from trainer.agent.scenarios import Scenario, load_scenarios

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from hpc.job.vllm_runtime import cache_dir, choose
+from hpc.job.workload_env import HPC_NO_INTERNET
 from hpc.secret_names import PUBLIC_SETTING, is_secret, public_names
 from trainer.agent.email_db import EmailDB
 from trainer.agent.scenarios import load_scenarios
@@ -96,7 +97,7 @@ class Context:
     @property
     def no_internet(self) -> bool:
         """The job's node has no internet (the cluster's ``internet: false``)."""
-        return self.env.get("HPC_NO_INTERNET") == "1"
+        return self.env.get(HPC_NO_INTERNET) == "1"
 
     @property
     def hf_offline(self) -> bool:

@@ -14,9 +14,10 @@ import os
 import sys
 from pathlib import Path
 
+from hpc.job.workload_env import HPC_CALLER_DIR, HPC_PROG
 from hpc.run.monitor.display import Failure
 
-PROG = os.environ.get("HPC_PROG") or "python -m hpc.run.monitor"
+PROG = os.environ.get(HPC_PROG) or "python -m hpc.run.monitor"
 
 
 def launcher_runs_dir() -> Path:
@@ -56,7 +57,7 @@ def views(command: str, user: str, runs_dir: Path, only: str) -> int:
 
 def main(argv: list[str]) -> int:
     command, args = (argv[0], argv[1:]) if argv else ("", [])
-    caller = os.environ.pop("HPC_CALLER_DIR", "")
+    caller = os.environ.pop(HPC_CALLER_DIR, "")
     if caller:  # scripts/common.sh runs this from the repository: relative paths are the user's
         with contextlib.suppress(OSError):
             os.chdir(caller)
