@@ -236,7 +236,7 @@ def stage_eval(work: Work, args: argparse.Namespace) -> list[str]:
 def check_evaluation(work: Work, output: str, since: str) -> tuple[dict, list[dict]]:
     """This invocation's evaluation: written now (not an earlier one skipped as done), every
     question it asked answered with no failed rollout, and its accuracy what its records give."""
-    from hpc.run.rundir import read_jsonl
+    from hpc.run.records import read_jsonl
 
     if "already evaluated" in output:
         raise ProofFailed("trainer.eval skipped the model as already evaluated: an earlier proof's results")

@@ -80,7 +80,8 @@ from bench.learning_curve_results import plot, redraw, results, verdicts, write_
 from hpc.digits import ascii_float, is_count  # noqa: E402
 from hpc.job.exit_codes import EXIT_BAD_INPUT  # noqa: E402
 from hpc.job.workload_env import HPC_JOB_END_TIME, HPC_SIGNAL_GRACE, HPC_VLLM_PORT  # noqa: E402
-from hpc.run.rundir import RunDir, read_jsonl  # noqa: E402
+from hpc.run.records import read_jsonl  # noqa: E402
+from hpc.run.rundir import RunDir  # noqa: E402
 from trainer.staging.synthetic_inbox import warmup_questions  # noqa: E402
 
 if TYPE_CHECKING:

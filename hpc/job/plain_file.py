@@ -5,7 +5,7 @@
 A job script's own ``>>`` and ``>`` open their file as bash does: through any link. Someone who
 may write in a run directory could plant ``server.log -> ~/.bashrc`` and have the job write there.
 Each PATH below RUN_DIR is created (or kept) with no link on the way followed, the file's own name
-included (``hpc.run.rundir.open_inside``), before the script redirects into it; a link there is
+included (``hpc.run.safe_io.open_inside``), before the script redirects into it; a link there is
 an error naming it, exit 1, and the script writes nothing. The Python side's readers and writers
 refuse links the same way.
 """
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from hpc.job.exit_codes import EXIT_BAD_INPUT
-from hpc.run.rundir import OutsideRun, open_inside
+from hpc.run.safe_io import OutsideRun, open_inside
 
 
 def make_plain(root: Path, path: Path) -> None:

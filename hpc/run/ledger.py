@@ -30,7 +30,9 @@ from typing import Any, ClassVar, TypeVar, get_args, get_origin, get_type_hints
 
 from hpc.run import fields as kinds
 from hpc.run.fields import Fields, Kind, parse_time, problem
-from hpc.run.rundir import RunDir, append_jsonl, parse_lines, read_bytes, utc_now
+from hpc.run.records import parse_lines
+from hpc.run.rundir import RunDir, utc_now
+from hpc.run.safe_io import append_jsonl, read_bytes
 
 
 class Outcome(StrEnum):

@@ -38,7 +38,9 @@ from hpc.run import ledger
 from hpc.run.best import best_and_last, best_of
 from hpc.run.decline import Decisions
 from hpc.run.ledger import JobStart
-from hpc.run.rundir import OutsideRun, RunDir, read_json
+from hpc.run.records import read_json
+from hpc.run.rundir import RunDir
+from hpc.run.safe_io import OutsideRun
 
 # ART-E's published accuracy on its 100 validation questions (OpenPipe's ART-E write-up),
 # for reference only: they were measured on ART-E's questions with ART-E's judge.

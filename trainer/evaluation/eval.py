@@ -42,17 +42,9 @@ from hpc.job.workload_env import HPC_RUN_DIR
 from hpc.run import fields as kinds
 from hpc.run.best import NoBest, best_checkpoint
 from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints
-from hpc.run.rundir import (
-    RUN_NAME_ACCEPTED,
-    OutsideRun,
-    RunDir,
-    is_run_name,
-    read_json,
-    read_jsonl,
-    utc_now,
-    write_json_atomic,
-    write_jsonl_atomic,
-)
+from hpc.run.records import read_json, read_jsonl
+from hpc.run.rundir import RUN_NAME_ACCEPTED, RunDir, is_run_name, utc_now
+from hpc.run.safe_io import OutsideRun, write_json_atomic, write_jsonl_atomic
 from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import Judge, missing_keys, use_bundled_price_table
 from trainer.agent.rollout import AgentConfig

@@ -58,7 +58,8 @@ from pydantic import BaseModel, Field
 
 from hpc.job.exit_codes import EXIT_BAD_INPUT, EXIT_STOPPED_FOR_TIME
 from hpc.job.workload_env import HPC_RUN_DIR
-from hpc.run.rundir import OutsideRun, RunDir, read_bytes, utc_now
+from hpc.run.rundir import RunDir, utc_now
+from hpc.run.safe_io import OutsideRun, read_bytes
 from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import use_bundled_price_table
 from trainer.agent.rollout import AgentConfig, request_messages, rollout

@@ -23,7 +23,8 @@ from hpc.run.monitor.display import Failure, duration, printable, table
 from hpc.run.monitor.queue import SLURM_TIMEOUT, print_queue, user_queue
 from hpc.run.monitor.rundirs import read_marker, run_dirs, unreadable_folder
 from hpc.run.ownership import model_dir_of
-from hpc.run.rundir import RunDir, Skipped
+from hpc.run.records import Skipped
+from hpc.run.rundir import RunDir
 from hpc.run.serving import address_of, ssh_line
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
