@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from hpc.job.continuation_modes import ContinuationMode  # noqa: E402
 from hpc.job.exit_codes import EXIT_BAD_INPUT  # noqa: E402
 from hpc.run import ledger  # noqa: E402
 from hpc.run.ledger import Chain, JobEnd, JobStart, Resubmit, Submit, Successor  # noqa: E402
@@ -47,7 +48,7 @@ from hpc.run.rundir import RunDir  # noqa: E402
 from hpc.slurm import calls  # noqa: E402  (the one place that runs Slurm's commands)
 from tests.doubles.step_trainer import TrainedStep, read_steps  # noqa: E402
 
-MODES = ("requeue", "afterany", "chain")
+MODES = tuple(ContinuationMode)
 STEP_SECONDS = 2.0  # the double's default
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"}
 AFTERANY_GAP_TARGET = 5.0
@@ -90,7 +91,7 @@ def launch_args(mode: str, runs_dir: Path, steps: int, grace: int) -> list[str]:
     extra = ["--continuation", "afterany"]
     if mode == "baseline":
         minutes = math.ceil((steps * STEP_SECONDS + grace + 60) / 60) + 1  # Slurm may signal 30 s early
-    elif mode == "chain":
+    elif mode == ContinuationMode.CHAIN:
         extra = ["--chain", str(math.ceil(steps / CHAIN_STEPS_PER_JOB) + 1)]
     else:
         extra = ["--continuation", mode]
@@ -204,13 +205,13 @@ def report(all_figures: list[Figures], steps: int, grace: int) -> bool:
         print(f"{f.mode:<9} {f.training_runs:>4} {f.idle_runs:>4} {f.goodput:7.2f} {ratio}  {seconds(f.gaps):>15}  "
               f"{queue} {startup} {f.lost:>4} {f.repeated:>4} {f.wall:6.0f}")
     exact = all(f.lost == 0 and f.repeated == 0 for f in all_figures)
-    afterany = next((f for f in all_figures if f.mode == "afterany"), None)
+    afterany = next((f for f in all_figures if f.mode == ContinuationMode.AFTERANY), None)
     gap_ok = afterany is None or all(g < AFTERANY_GAP_TARGET for g in afterany.gaps)
     print(f"\ntarget zero steps lost or repeated: {'met' if exact else 'NOT met'}")
     if afterany is not None:
         print(f"target afterany restart gap < {AFTERANY_GAP_TARGET:.0f} s: {'met' if gap_ok else 'NOT met'} "
               f"(max {max(afterany.gaps, default=0):.1f} s)")
-    requeue = next((f for f in all_figures if f.mode == "requeue"), None)
+    requeue = next((f for f in all_figures if f.mode == ContinuationMode.REQUEUE), None)
     if requeue is not None and requeue.gaps:
         print(f"requeue restart gap: median {statistics.median(requeue.gaps):.0f} s (Slurm holds a requeued job for "
               "AuthInfo cred_expire, 120 s by default, then starts it on a scheduling pass)")

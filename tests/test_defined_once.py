@@ -4,7 +4,9 @@ Every HPC_* name is a constant of hpc/job/workload_env.py: Python code elsewhere
 spelling ``"HPC_..."`` again. Bash cannot import, so the job templates (sbatch/) and the helper scripts
 (scripts/*.sh) spell their names; each such name must be one of the module's, so that the module stays
 the one list. Every exit code is a constant of hpc/job/exit_codes.py: Python returns and compares the
-constant, the templates render it (``exit_codes``), and no other module assigns an ``EXIT_*``.
+constant, the templates render it (``exit_codes``), and no other module assigns an ``EXIT_*``. The
+continuation modes are hpc/job/continuation_modes.py's: no code compares a mode's spelling or lists
+the modes again.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ import tokenize
 from pathlib import Path
 
 from hpc.job import exit_codes, workload_env
+from hpc.job.continuation_modes import ContinuationMode
 from hpc.job.workload_env import HPC_NAMES, JOB_STATE, USER_SETTINGS, VARIABLES
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = ("hpc", "trainer", "bench", "scripts")
 DEFINITION = "hpc/job/workload_env.py"
 EXIT_DEFINITION = "hpc/job/exit_codes.py"
+MODES_DEFINITION = "hpc/job/continuation_modes.py"
+MODE_SPELLINGS = {mode.value for mode in ContinuationMode}
 NAME = re.compile(r"HPC_[A-Z0-9_]+")
 # The exit codes job control tells apart (0 and 1, success and a plain failure, are everywhere's).
 CODES = {value for name, value in vars(exit_codes).items() if name.startswith("EXIT_")} - {0, 1}
@@ -116,3 +121,25 @@ def test_no_job_template_spells_an_exit_codes_number():
              for path in (REPO / "sbatch").glob("*.j2")}
     assert {path: spelled for path, spelled in found.items() if spelled} == {}, \
         "render {{ exit_codes.EXIT_... }} (hpc/launcher/render.py) instead"
+
+
+def spelled_modes(path: Path) -> list[str]:
+    """Where Python code compares a value with a continuation mode's spelling, or lists modes in a tuple."""
+    def is_mode(node: ast.expr) -> bool:
+        return isinstance(node, ast.Constant) and node.value in MODE_SPELLINGS
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        compared = isinstance(node, ast.Compare) and any(map(is_mode, [node.left, *node.comparators]))
+        listed = isinstance(node, ast.Tuple) and len(node.elts) > 1 and all(map(is_mode, node.elts))
+        if compared or listed:
+            found.append(f"line {node.lineno}: {ast.unparse(node)[:60]}")
+    return found
+
+
+def test_no_code_or_template_spells_the_continuation_modes_again():
+    found = {relative(path): spelled_modes(path) for path in python_files() if relative(path) != MODES_DEFINITION}
+    quoted = re.compile("|".join(rf"[\"']{mode}[\"']" for mode in MODE_SPELLINGS))
+    found |= {relative(path): quoted.findall(path.read_text()) for path in (REPO / "sbatch").glob("*.j2")}
+    assert {path: spelled for path, spelled in found.items() if spelled} == {}, \
+        "use hpc/job/continuation_modes.py's ContinuationMode (the templates get it as continuation_modes)"

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc.job import deadline, notify, successor
+from hpc.job.continuation_modes import ContinuationMode
 from hpc.job.exit_codes import (
     EXIT_BAD_INPUT,
     EXIT_CONFIG_ERROR,
@@ -99,7 +100,6 @@ PERMANENT_EXIT_CODES = (EXIT_CONFIG_ERROR, EXIT_BAD_INPUT)
 END_RESERVE = 15.0  # seconds an end hook keeps before its job's end when it retries Slurm
 UNKNOWN_END_SECONDS = 30.0  # how long an end hook retries when Slurm does not say when its job ends
 CANCEL_ASK_SECONDS = 10.0  # after a TERM, Slurm kills the job KillWait (30 s by default) later
-MODES = ("requeue", "afterany", "chain")
 # A failed job's error line: the last line of its .err log that reads like an error, else its
 # last line; read from where the job began (a requeued job appends to the same log).
 ERROR_WORDS = re.compile(r"error|exception|traceback|fail|fatal|killed|cancelled|denied|refused|timed out", re.I)
@@ -232,13 +232,13 @@ def decide(records: list[Record], *, done: bool, mode: str, max_resubmits: int,
     if slurm.requeued:
         return Decision(REQUEUED, "Slurm has requeued this job itself (preemption or an admin): "
                                   "it continues the run, nothing else is submitted")
-    if mode == "chain":
+    if mode == ContinuationMode.CHAIN:
         return chain_decision(records, last)
     used = ledger.continuations(records)
     if used >= max_resubmits:
         return Decision(GIVE_UP, f"reached --max_resubmits {max_resubmits} continuations without finishing")
     why = "stopped for time" if last is not None and last.outcome == STOPPED else "failed but made progress"
-    action = REQUEUE if mode == "requeue" else RESUBMIT
+    action = REQUEUE if mode == ContinuationMode.REQUEUE else RESUBMIT
     return Decision(action, f"{why}; continuation {used + 1} of at most {max_resubmits}")
 
 
@@ -446,7 +446,7 @@ def resume_after_lost_job(run: RunDir, lost: JobStart, step: int, job_id: str, l
     progress; --max_resubmits used up)."""
     if close_lost_job(run, lost, step, job_id) == STOP:
         return False
-    decision = decide(ledger.read(run), done=False, mode="afterany", max_resubmits=limits.max_resubmits + 1,
+    decision = decide(ledger.read(run), done=False, mode=ContinuationMode.AFTERANY, max_resubmits=limits.max_resubmits + 1,
                       max_failures=limits.max_failures)
     if decision.action == GIVE_UP:
         give_up(run, decision.reason, None)
@@ -672,7 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--max_failures", type=int, default=Limits.max_failures)
     e = sub.choices["end"]
     e.add_argument("--exit_code", type=int, required=True)
-    e.add_argument("--mode", choices=MODES, required=True)
+    e.add_argument("--mode", choices=tuple(ContinuationMode), required=True)
     e.add_argument("--script", type=Path, required=True)
     e.add_argument("--max_resubmits", type=int, required=True)
     e.add_argument("--max_failures", type=int, required=True)

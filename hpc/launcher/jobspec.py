@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc.errors import UsageError
+from hpc.job.continuation_modes import ContinuationMode
 from hpc.job.workload_env import HPC_RAY_JOIN_TIMEOUT, Job, job_env, launch_names
 from hpc.launcher.clusters import Cluster, Detection
 from hpc.launcher.envfiles import EnvLayer, MergedEnv, parse_env_flags, read_dotenv, resolve_one
@@ -34,7 +35,6 @@ REPO_DIR = Path(__file__).resolve().parents[2]
 DOTENV_DIR = REPO_DIR / "dotenv"
 DEFAULT_ENTRYPOINT = "trainer.train"
 DEFAULT_CONFIG = "agent_008"
-CONTINUATION_MODES = ("auto", "requeue", "afterany")
 DEFAULT_RAY_JOIN_TIMEOUT = 300  # seconds; HPC_RAY_JOIN_TIMEOUT in the dotenv or --env overrides
 DEFAULT_SIGNAL_GRACE = 300  # seconds: time to finish the step in flight and save its checkpoint
 # Variables whose values the launcher writes into paths, #SBATCH and job-script lines or the dry run,
@@ -59,7 +59,7 @@ SLURM_WORD_RE = re.compile(r"[A-Za-z0-9._:,@&|+=*!\[\]()/-]+")
 class Continuation:
     """How the run continues after a job ends (see hpc/job/continuation.py)."""
 
-    mode: str  # requeue | afterany | chain
+    mode: ContinuationMode
     max_resubmits: int
     max_failures: int
     chain: int  # jobs pre-submitted at launch (1 unless --chain)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpc.errors import UsageError
 from hpc.job import vllm_runtime
+from hpc.job.continuation_modes import AUTO, ContinuationMode
 from hpc.job.workload_env import HPC_RUN_DIR
 from hpc.launcher import packing
 from hpc.launcher import submit as slurm
@@ -181,11 +182,11 @@ def runtime_line(trainer: "TrainerConfig", entrypoint: str, env: MergedEnv, arch
 
 def continuation_policy(args: argparse.Namespace, cluster_requeues: bool) -> Continuation:
     if args.chain:
-        mode = "chain"
-    elif args.continuation == "auto":
-        mode = "requeue" if cluster_requeues else "afterany"
+        mode = ContinuationMode.CHAIN
+    elif args.continuation == AUTO:
+        mode = ContinuationMode.REQUEUE if cluster_requeues else ContinuationMode.AFTERANY
     else:
-        mode = args.continuation
+        mode = ContinuationMode(args.continuation)
     return Continuation(mode, args.max_resubmits, args.max_failures, args.chain or 1)
 
 
@@ -305,7 +306,7 @@ def print_preview(spec: JobSpec, script: str, restart: bool = False) -> None:
     if spec.vllm_runtime:
         print(f"vllm runtime: {spec.vllm_runtime}")
     print(f"run state:    {resume_summary(spec, restart)}")
-    chain = f", {c.chain} jobs pre-submitted" if c.mode == "chain" else ", each job queues its successor as it starts"
+    chain = f", {c.chain} jobs pre-submitted" if c.mode == ContinuationMode.CHAIN else ", each job queues its successor as it starts"
     print(f"continuation: {c.mode}{chain} (at most {c.max_resubmits} continuations; "
           f"{c.max_failures} failures without progress mark the run failed)")
     print(f"\n# environment ({' < '.join(_short(s) for s in spec.env_layers)}; secrets shown as ***)")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hpc.errors import UsageError
+from hpc.job.continuation_modes import ContinuationMode
 from hpc.job.workload_env import HPC_RUN_DIR
 from hpc.launcher import packing, queue_preflight, single_run, sweeps
 from hpc.launcher import submit as slurm
@@ -144,7 +145,7 @@ def jobs_per_pack(args: argparse.Namespace, specs: list[JobSpec]) -> int:
                                    judge_gpus)
     if per_job > 1 and spec.num_nodes > 1:
         raise UsageError("--pack runs several runs on one node: use --pack off with --num_nodes > 1")
-    if per_job > 1 and spec.continuation.mode == "chain":
+    if per_job > 1 and spec.continuation.mode == ContinuationMode.CHAIN:
         raise UsageError("--chain pre-submits one run's jobs: use --pack off with --chain")
     if per_job > 1 and len({s.gpus_per_node for s in specs}) > 1:
         raise UsageError("the sweep's runs need different numbers of GPUs (gpu_mode): use --pack off")
