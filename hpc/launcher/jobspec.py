@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpc.errors import UsageError
 from hpc.job.continuation_modes import ContinuationMode
-from hpc.job.workload_env import HPC_RAY_JOIN_TIMEOUT, Job, job_env, launch_names
+from hpc.job.workload_env import HPC_RAY_JOIN_TIMEOUT, REPO_DIR, Job, job_env, launch_names
 from hpc.launcher.clusters import Cluster, Detection
 from hpc.launcher.envfiles import EnvLayer, MergedEnv, parse_env_flags, read_dotenv, resolve_one
 from hpc.launcher.managed_vars import refuse_managed
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from hpc.launcher.trainer_config import TrainerConfig
     from hpc.run.init_from import Source
 
-REPO_DIR = Path(__file__).resolve().parents[2]
 DOTENV_DIR = REPO_DIR / "dotenv"
 DEFAULT_ENTRYPOINT = "trainer.train"
 DEFAULT_CONFIG = "agent_008"
@@ -317,6 +316,16 @@ def resolve_runs_dir(flag: str | None, layers: list[EnvLayer], outer: dict[str, 
     """--runs_dir, else RUNS_DIR from the dotenv layers, else <repo>/runs."""
     value = flag or resolve_one(layers, outer, "RUNS_DIR") or str(REPO_DIR / "runs")
     return check_log_path(Path(value).expanduser().absolute())
+
+
+def runs_dir_here() -> Path:
+    """The runs directory hpc.launch uses on this machine's cluster with no --runs_dir or --env: where the
+    monitor, the report and the trainer's tools look for runs outside a job. UsageError when the dotenv
+    files cannot be resolved here."""
+    from hpc.launcher.clusters import load_registry
+
+    cluster = load_registry().detect().cluster
+    return resolve_runs_dir(None, env_layers(cluster, []), outer_env(cluster))
 
 
 def trainer_config(config: str, train_args: list[str], entrypoint: str) -> "TrainerConfig":

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc.errors import UsageError
-from hpc.job.workload_env import HPC_REMOTE_DIR
-from hpc.remote.commands import REPO, RUN
+from hpc.job.workload_env import HPC_REMOTE_DIR, REPO_DIR
+from hpc.remote.commands import RUN
 from hpc.remote.options import DEFAULT_DIR, SWITCH, checked_dest, checked_dir
 from hpc.remote.ssh import Connection, RemoteError
 from hpc.remote.sync import IN_CHECKOUT, ensure_synced, last_line, local_tree
@@ -101,7 +101,7 @@ def main(argv: list[str]) -> int:
 
 def move(args: argparse.Namespace) -> int:
     source, target = sides(args)
-    local = local_tree(REPO, args.remote_uncommitted)
+    local = local_tree(REPO_DIR, args.remote_uncommitted)
     for side in (source, target):
         side.conn.open()  # one login each (the same DEST twice: one)
         ensure_synced(side.conn, side.checkout, local, PROG)

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import cache
-from pathlib import Path
 from typing import Any, ClassVar, TypeVar, get_args, get_origin, get_type_hints
 
+from hpc.job.workload_env import REPO_DIR
 from hpc.run import fields as kinds
 from hpc.run.fields import Fields, Kind, parse_time, problem
 from hpc.run.records import parse_lines
@@ -424,7 +424,6 @@ def moved_away(records: Iterable[Record]) -> Moved | None:
     return last if isinstance(last, Moved) else None
 
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def resume_command(launch: Submit | None) -> str:
@@ -432,4 +431,4 @@ def resume_command(launch: Submit | None) -> str:
     argv = launch.argv if launch is not None else []
     words = " ".join(shlex.quote(word) for word in argv) if argv else "<the same arguments>"
     secret = " (give the secret --env values shown as *** again)" if "***" in words else ""
-    return f"cd {shlex.quote(str(REPO))} && .venv/bin/python -m hpc.launch {words}{secret}"
+    return f"cd {shlex.quote(str(REPO_DIR))} && .venv/bin/python -m hpc.launch {words}{secret}"

@@ -380,12 +380,9 @@ def run_argument(text: str, runs_dir: Path | None) -> RunDir:
 def resolve_runs_dir(flag: Path | None) -> Path:
     if flag is not None:
         return flag
-    from hpc.launcher.clusters import load_registry
-    from hpc.launcher.jobspec import REPO_DIR, env_layers, outer_env
-    from hpc.launcher.jobspec import resolve_runs_dir as launcher_runs_dir
+    from hpc.launcher.jobspec import runs_dir_here
 
-    cluster = load_registry().detect().cluster
-    return launcher_runs_dir(None, env_layers(cluster, []), outer_env(cluster)) or REPO_DIR / "runs"
+    return runs_dir_here()
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ from trainer.agent.scenarios import SPLITS, load_scenarios
 from trainer.evaluation.engine import QuestionResult, evaluate, inbox_domain, records, split_key, summarize
 from trainer.serving.policy import PolicyError, PolicySpec, base_model_for, open_policy, parse_policy, served_name
 from trainer.serving.vllm_server import ServerError, ServerSpec, VLLMServer, free_port
-from trainer.staging.data import REPO, cluster_setting, default_data_dir
+from trainer.staging.data import cluster_runs_dir, default_data_dir
 from trainer.staging.sources import SourceError
 from trainer.training.config import ConfigError, TrainerConfig, load_config
 
@@ -343,7 +343,7 @@ def default_runs_dir() -> Path:
     if os.environ.get(HPC_RUN_DIR):
         return Path(os.environ[HPC_RUN_DIR]).parent
 
-    return Path(cluster_setting("RUNS_DIR") or REPO / "runs")
+    return cluster_runs_dir()
 
 
 def data_dir() -> Path:

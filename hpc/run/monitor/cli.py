@@ -25,14 +25,12 @@ def launcher_runs_dir() -> Path:
     RUNS_DIR from the merged dotenv of the detected cluster, else <repo>/runs."""
     try:
         from hpc.errors import UsageError
-        from hpc.launcher.clusters import load_registry
-        from hpc.launcher.jobspec import env_layers, outer_env, resolve_runs_dir
+        from hpc.launcher.jobspec import runs_dir_here
     except ImportError as err:
         raise Failure(f"cannot work out the launcher's runs directory ({err}; run setup.sh, "
                       "or pass --runs_dir DIR)") from None
     try:
-        cluster = load_registry().detect().cluster
-        return resolve_runs_dir(None, env_layers(cluster, []), outer_env(cluster))
+        return runs_dir_here()
     except UsageError as err:
         raise Failure(f"cannot work out the launcher's runs directory: {err} (pass --runs_dir DIR)") from None
 

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from hpc.job.workload_env import REPO_DIR
 from hpc.run import accounting, lease, ledger
 from hpc.run.best import best_of, last_of
 from hpc.run.checkpoints import is_complete, list_checkpoints
@@ -31,10 +32,9 @@ from hpc.slurm.calls import SlurmError
 from hpc.slurm.output import QueuedJob, latest_states
 from hpc.slurm.states import QUEUED, JobState
 
-REPO = Path(__file__).resolve().parents[3]
-CODE_FILES = [REPO / "hpc" / "run" / name for name in (
-    "monitor/runs.py", "monitor/status_cache.py", "accounting.py", "health.py", "ledger.py", "fields.py", "rundir.py",
-    "steps.py", "best.py", "decline.py", "lease.py")] + [REPO / "hpc" / "launcher" / "clusters.yaml"]
+CODE_FILES = [REPO_DIR / "hpc" / "run" / name for name in (
+    "monitor/runs.py", "monitor/status_cache.py", "accounting.py", "health.py", "ledger.py", "fields.py", "rundir.py", "records.py", "safe_io.py",
+    "steps.py", "best.py", "decline.py", "lease.py")] + [REPO_DIR / "hpc" / "launcher" / "clusters.yaml"]
 
 
 def sacct_rows(job_ids: set[str]) -> tuple[list[accounting.SacctRow], str]:
