@@ -46,11 +46,11 @@ from hpc.run import ledger  # noqa: E402
 from hpc.run.ledger import Chain, JobEnd, JobStart, Resubmit, Submit, Successor  # noqa: E402
 from hpc.run.rundir import RunDir  # noqa: E402
 from hpc.slurm import calls  # noqa: E402  (the one place that runs Slurm's commands)
+from hpc.slurm.states import QUEUED  # noqa: E402
 from tests.doubles.step_trainer import TrainedStep, read_steps  # noqa: E402
 
 MODES = tuple(ContinuationMode)
 STEP_SECONDS = 2.0  # the double's default
-ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"}
 AFTERANY_GAP_TARGET = 5.0
 # Steps a 1-minute job is assumed to train when sizing the chain (Slurm's 30 s
 # tick gives 14-15 in practice); a chain that runs out shows as lost steps.
@@ -115,7 +115,7 @@ def job_ids(run: RunDir) -> list[str]:
 
 
 def queue_states(ids: list[str]) -> set[str]:
-    """The states of these jobs still in the queue (JobState is a str: compares with ACTIVE's)."""
+    """The states of these jobs still in the queue (JobState is a str: compares with QUEUED's)."""
     return set(calls.queue_states(ids, timeout=30).values())
 
 
@@ -124,7 +124,7 @@ def settled(run: RunDir) -> bool:
     (finished, failed, or a chain that ran out: the figures then show lost steps)."""
     if not ledger.of_kind(ledger.read(run), JobEnd):
         return False
-    return not ACTIVE & queue_states(job_ids(run))
+    return not QUEUED & queue_states(job_ids(run))
 
 
 def job_runs(ids: list[str]) -> list[JobRun]:

@@ -50,12 +50,12 @@ from hpc.run import ledger  # noqa: E402
 from hpc.run.ledger import Cancelled, JobEnd, JobStart, LeaseHeld, SlurmUnknown, Successor  # noqa: E402
 from hpc.run.rundir import RunDir  # noqa: E402
 from hpc.slurm import calls  # noqa: E402  (the one place that runs Slurm's commands)
+from hpc.slurm.states import QUEUED  # noqa: E402
 from tests.doubles import slurm_wrappers  # noqa: E402
 from tests.doubles.slurm_wrappers import FAULT_DIR  # noqa: E402
 from tests.doubles.step_trainer import read_steps  # noqa: E402
 
 STATUS = REPO / "scripts" / "status.sh"
-ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"}
 QUERIES = ("squeue", "sacct", "scontrol")
 
 
@@ -112,7 +112,7 @@ def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> No
 
 
 def queued(run: RunDir) -> set[str]:
-    return {str(s) for s in calls.queue_states(job_ids(run), timeout=30).values()} & ACTIVE
+    return {str(s) for s in calls.queue_states(job_ids(run), timeout=30).values()} & QUEUED
 
 
 def first_job(d: Drill) -> str:
