@@ -64,6 +64,18 @@ def test_no_hpc_name_is_spelled_as_a_literal_outside_its_definition():
         "import these from hpc/job/workload_env.py (add a new name there) instead of spelling them"
 
 
+def aliases(path: Path) -> list[str]:
+    """A module's second names for an HPC_* constant (``URL_VAR = HPC_WEBHOOK_URL``): a reader must look twice."""
+    tree = ast.parse(path.read_text())
+    return [ast.unparse(node) for node in tree.body if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Name) and NAME.fullmatch(node.value.id)]
+
+
+def test_no_module_gives_an_hpc_name_a_second_name():
+    found = {relative(path): aliases(path) for path in python_files()}
+    assert {path: names for path, names in found.items() if names} == {}, "use the HPC_* constant itself"
+
+
 def test_every_name_the_templates_and_helper_scripts_spell_is_defined_in_the_module():
     spelled = {relative(path): set(NAME.findall(path.read_text())) for path in shell_files()}
     assert {path: sorted(names - HPC_NAMES) for path, names in spelled.items() if names - HPC_NAMES} == {}
