@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from hpc.job.continuation_modes import ContinuationMode  # noqa: E402
+from hpc.job.continuation_modes import MODE_CHOICES, ContinuationMode  # noqa: E402
 from hpc.job.exit_codes import EXIT_BAD_INPUT  # noqa: E402
 from hpc.run import ledger  # noqa: E402
 from hpc.run.ledger import Chain, JobEnd, JobStart, Resubmit, Submit, Successor  # noqa: E402
@@ -49,7 +49,7 @@ from hpc.slurm import calls  # noqa: E402  (the one place that runs Slurm's comm
 from hpc.slurm.states import QUEUED  # noqa: E402
 from tests.doubles.step_trainer import TrainedStep, read_steps  # noqa: E402
 
-MODES = tuple(ContinuationMode)
+MODES = MODE_CHOICES
 STEP_SECONDS = 2.0  # the double's default
 AFTERANY_GAP_TARGET = 5.0
 # Steps a 1-minute job is assumed to train when sizing the chain (Slurm's 30 s

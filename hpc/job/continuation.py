@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc.job import deadline, notify, successor
-from hpc.job.continuation_modes import ContinuationMode
+from hpc.job.continuation_modes import MODE_CHOICES, ContinuationMode
 from hpc.job.exit_codes import (
     EXIT_BAD_INPUT,
     EXIT_CONFIG_ERROR,
@@ -672,7 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--max_failures", type=int, default=Limits.max_failures)
     e = sub.choices["end"]
     e.add_argument("--exit_code", type=int, required=True)
-    e.add_argument("--mode", choices=tuple(ContinuationMode), required=True)
+    e.add_argument("--mode", choices=MODE_CHOICES, required=True)
     e.add_argument("--script", type=Path, required=True)
     e.add_argument("--max_resubmits", type=int, required=True)
     e.add_argument("--max_failures", type=int, required=True)

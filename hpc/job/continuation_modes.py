@@ -21,4 +21,7 @@ class ContinuationMode(StrEnum):
 AUTO = "auto"  # --continuation's default: requeue where the cluster allows it, else afterany
 # The modes in which each job queues what continues it (a pack's jobs always do: they are never chained).
 SUCCESSOR_MODES = (ContinuationMode.REQUEUE, ContinuationMode.AFTERANY)
-LAUNCH_CHOICES = (AUTO, *SUCCESSOR_MODES)  # --continuation's (CHAIN comes with --chain N)
+# Command lines' choices, as plain words (argparse names each choice by its repr in an error):
+MODE_CHOICES = tuple(mode.value for mode in ContinuationMode)  # the end hook's --mode
+SUCCESSOR_CHOICES = tuple(mode.value for mode in SUCCESSOR_MODES)  # a pack's end hook's --mode
+LAUNCH_CHOICES = (AUTO, *SUCCESSOR_CHOICES)  # --continuation's (CHAIN comes with --chain N)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from hpc.job import continuation as cont
 from hpc.job import successor, trusted_run
-from hpc.job.continuation_modes import SUCCESSOR_MODES, ContinuationMode
+from hpc.job.continuation_modes import SUCCESSOR_CHOICES, ContinuationMode
 from hpc.job.exit_codes import EXIT_NOTHING_TO_DO
 from hpc.job.plain_file import make_plain
 from hpc.run import ledger
@@ -148,7 +148,7 @@ def wants_to_continue(member: Member, job_id: str, settings: "Settings", slurm: 
 
 @dataclass(frozen=True)
 class Settings:
-    mode: str  # one of SUCCESSOR_MODES
+    mode: str  # one of SUCCESSOR_CHOICES
     script: Path  # the pack job's script
     max_resubmits: int
     max_failures: int
@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--first", type=int, required=True)
     j.add_argument("--count", type=int, required=True)
     e = sub.add_parser("end")
-    e.add_argument("--mode", choices=SUCCESSOR_MODES, required=True)
+    e.add_argument("--mode", choices=SUCCESSOR_CHOICES, required=True)
     e.add_argument("--script", type=Path, required=True)
     e.add_argument("--max_resubmits", type=int, required=True)
     e.add_argument("--max_failures", type=int, required=True)
