@@ -19,6 +19,7 @@ from pathlib import Path
 
 from hpc.job import exit_codes, workload_env
 from hpc.job.continuation_modes import ContinuationMode
+from hpc.job.gpu_modes import GpuMode
 from hpc.job.workload_env import HPC_NAMES, JOB_STATE, USER_SETTINGS, VARIABLES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,6 +28,7 @@ DEFINITION = "hpc/job/workload_env.py"
 EXIT_DEFINITION = "hpc/job/exit_codes.py"
 MODES_DEFINITION = "hpc/job/continuation_modes.py"
 MODE_SPELLINGS = {mode.value for mode in ContinuationMode}
+GPU_MODE_SPELLINGS = {mode.value for mode in GpuMode}
 NAME = re.compile(r"HPC_[A-Z0-9_]+")
 # The exit codes job control tells apart (0 and 1, success and a plain failure, are everywhere's).
 CODES = {value for name, value in vars(exit_codes).items() if name.startswith("EXIT_")} - {0, 1}
@@ -135,16 +137,18 @@ def test_no_job_template_spells_an_exit_codes_number():
         "render {{ exit_codes.EXIT_... }} (hpc/launcher/render.py) instead"
 
 
-def spelled_modes(path: Path) -> list[str]:
-    """Where Python code compares a value with a continuation mode's spelling, or lists modes in a tuple."""
-    def is_mode(node: ast.expr) -> bool:
-        return isinstance(node, ast.Constant) and node.value in MODE_SPELLINGS
+def spelled_modes(path: Path, spellings: set[str] = MODE_SPELLINGS, keys: bool = False) -> list[str]:
+    """Where Python code compares a value with a mode's spelling, lists modes in a tuple or (``keys``) keys
+    a dict by one (sbatch's own ``--requeue`` is a key of hpc/launcher/sbatch_options.py: not a mode)."""
+    def is_mode(node: ast.expr | None) -> bool:
+        return isinstance(node, ast.Constant) and node.value in spellings
 
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         compared = isinstance(node, ast.Compare) and any(map(is_mode, [node.left, *node.comparators]))
         listed = isinstance(node, ast.Tuple) and len(node.elts) > 1 and all(map(is_mode, node.elts))
-        if compared or listed:
+        keyed = keys and isinstance(node, ast.Dict) and any(map(is_mode, node.keys))
+        if compared or listed or keyed:
             found.append(f"line {node.lineno}: {ast.unparse(node)[:60]}")
     return found
 
@@ -155,3 +159,10 @@ def test_no_code_or_template_spells_the_continuation_modes_again():
     found |= {relative(path): quoted.findall(path.read_text()) for path in (REPO / "sbatch").glob("*.j2")}
     assert {path: spelled for path, spelled in found.items() if spelled} == {}, \
         "use hpc/job/continuation_modes.py's ContinuationMode (the templates get it as continuation_modes)"
+
+
+def test_no_launcher_or_trainer_code_spells_the_gpu_modes_again():
+    """hpc/ and trainer/: the GPU proof's stages in bench/ are named after the modes they prove."""
+    found = {relative(path): spelled_modes(path, GPU_MODE_SPELLINGS, keys=True) for top in ("hpc", "trainer")
+             for path in sorted((REPO / top).rglob("*.py")) if relative(path) != "hpc/job/gpu_modes.py"}
+    assert {path: spelled for path, spelled in found.items() if spelled} == {}, "use hpc/job/gpu_modes.py's GpuMode"
