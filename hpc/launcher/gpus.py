@@ -15,7 +15,7 @@ from hpc.launcher.trainer_config import vllm_share
 if TYPE_CHECKING:
     from hpc.launcher.trainer_config import TrainerConfig
 
-GPUS_PER_RUN = {GpuMode.SHARED: 1, GpuMode.DEDICATED: 2}
+GPUS_PER_RUN: dict[str, int] = {GpuMode.SHARED: 1, GpuMode.DEDICATED: 2}
 
 
 @dataclass(frozen=True)

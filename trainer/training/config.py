@@ -41,7 +41,7 @@ KL_SOURCES = ("current_learner", "sample")  # ART 0.5's kl_penalty_source
 LR_SCHEDULES = ("constant", "warmup", "linear", "cosine")  # trainer/training/schedule.py
 # vLLM's share of its GPU when the config leaves gpu_memory_utilization null: beside the
 # 4-bit training model (ART's default share), or a GPU of its own.
-VLLM_SHARE = {GpuMode.SHARED: 0.75, GpuMode.DEDICATED: 0.9}
+VLLM_SHARE: dict[str, float] = {GpuMode.SHARED: 0.75, GpuMode.DEDICATED: 0.9}
 # `local` (ART's LocalBackend) or an import path `package.module:ClassName`.
 BACKEND_RE = re.compile(r"local|[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 NONE_WORDS = ("null", "none", "~")
