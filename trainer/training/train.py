@@ -28,10 +28,10 @@ train elsewhere (and for the tests, which use ``tests.doubles.art_backend:FakeBa
 Before anything expensive (ART's import, the data, the backend) it runs the preflight checks
 (trainer/training/preflight.py): a failure is one line on stderr naming the check and the fix.
 
-Exit codes (hpc/job/exit_codes.py; the errors that choose them: ``exits``): 0 finished, 75 stopped on request, 78 (``EXIT_CONFIG_ERROR``) a
-configuration error it cannot outgrow: bad config, missing data or backend, a permanent
-preflight failure (one line on stderr; job control gives the run up at once), 69 a transient
-preflight failure (retried), anything else a failure.
+Exit codes (hpc/job/exit_codes.py; the errors that choose them: ``exits``): 0 finished, 75
+stopped on request, 78 (``EXIT_CONFIG_ERROR``) a configuration error it cannot outgrow: bad
+config, missing data or backend, a permanent preflight failure (one line on stderr; job control
+gives the run up at once), 69 a transient preflight failure (retried), anything else a failure.
 
 Environment (set by the job, hpc/job/workload_env.py; when run by hand the defaults apply,
 ``environment``): ``HPC_RUN_DIR`` (default ``<repo>/runs/<config>``), ``ART_PATH`` (default
