@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import resubmit_goodput as rg
+from hpc.job.exit_codes import EXIT_BAD_INPUT
 from hpc.run import ledger
 from hpc.run.ledger import JobEnd
 from hpc.run.rundir import RunDir
@@ -153,7 +154,7 @@ def main() -> int:
     problem = bad_input(args)
     if problem:
         print(f"boundary_goodput: {problem}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     with tempfile.TemporaryDirectory(prefix="boundary_goodput-") as tmp:
         runs_dir = Path(tmp) / "runs"
         runs = {mode: RunDir(runs_dir / f"bench_{mode}") for mode in MODES}

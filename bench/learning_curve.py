@@ -64,7 +64,10 @@ from typing import TYPE_CHECKING, Callable
 
 from bench.learning_curve_results import plot, redraw, results, verdicts, write_json
 from hpc.digits import ascii_float
-from hpc.run.rundir import RunDir, read_jsonl
+from hpc.job.exit_codes import EXIT_BAD_INPUT
+from hpc.job.workload_env import HPC_JOB_END_TIME, HPC_SIGNAL_GRACE, HPC_VLLM_PORT
+from hpc.run.records import read_jsonl
+from hpc.run.rundir import RunDir
 from trainer.proof.background import start_detached
 from trainer.proof.cli import positive
 from trainer.proof.figures import trained_steps
@@ -435,7 +438,7 @@ def trainers(work: Work, gpus: list[str], deadline: float, extra: tuple[str, ...
         run = work.for_run(spec.name, spec.devices)
         run.claim()
         argv = ["-m", "trainer.train", "--config", CONFIG, *spec.overrides(work.model, mode), *extra]
-        job = {"HPC_JOB_END_TIME": str(int(deadline)), "HPC_SIGNAL_GRACE": "0", "HPC_VLLM_PORT": str(spec.port)}
+        job = {HPC_JOB_END_TIME: str(int(deadline)), HPC_SIGNAL_GRACE: "0", HPC_VLLM_PORT: str(spec.port)}
         processes.append(Process(run, spec.name, argv, until=lambda: time.time() > deadline, env={**job, **env}))
     return processes
 
@@ -829,7 +832,7 @@ def resume(args: argparse.Namespace) -> int:
     problem = move_problem(move)
     if problem is not None:  # nothing made or started
         print(f"bench.learning_curve: error: {problem}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     args.work.mkdir(parents=True, exist_ok=True)
     with OpenAIServer(string_match_verdict) as judge:
         work = Work(args.work, judge.base_url)
@@ -864,7 +867,7 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:  # not the bench's JSON, a bad --png
             print(f"bench.learning_curve: error: cannot draw {args.json}: {type(error).__name__}: "
                   f"{' '.join(str(error).split())[:200]}", file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT
         return 0
     args.gpus = args.gpus or default_gpus()
     work = Work(args.work)
@@ -884,7 +887,7 @@ def main(argv: list[str] | None = None) -> int:
     problem = too_short(plan_of(args.gpus, args.minutes, args.warmup_steps))
     if problem is not None:
         print(f"bench.learning_curve: error: {problem}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     return start(args, argv) if args.command == "start" else run_all(args)
 
 

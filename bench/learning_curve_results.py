@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from hpc.run.rundir import RunDir, read_jsonl
+from hpc.run.records import read_jsonl
+from hpc.run.rundir import RunDir
 
 Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
 RISE_TARGET = 0.20  # every seed, first to last point

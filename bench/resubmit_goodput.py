@@ -36,17 +36,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpc.job.continuation_modes import MODE_CHOICES, ContinuationMode
+from hpc.job.exit_codes import EXIT_BAD_INPUT
 from hpc.run import ledger
 from hpc.run.ledger import Chain, JobEnd, JobStart, Resubmit, Submit, Successor
 from hpc.run.rundir import RunDir
 from hpc.slurm import calls
+from hpc.slurm.states import QUEUED
 from tests.doubles.step_trainer import TrainedStep, read_steps
 
 REPO = Path(__file__).resolve().parent.parent
 
-MODES = ("requeue", "afterany", "chain")
+MODES = MODE_CHOICES
 STEP_SECONDS = 2.0  # the double's default
-ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"}
 AFTERANY_GAP_TARGET = 5.0
 # Steps a 1-minute job is assumed to train when sizing the chain (Slurm's 30 s
 # tick gives 14-15 in practice); a chain that runs out shows as lost steps.
@@ -87,7 +89,7 @@ def launch_args(mode: str, runs_dir: Path, steps: int, grace: int) -> list[str]:
     extra = ["--continuation", "afterany"]
     if mode == "baseline":
         minutes = math.ceil((steps * STEP_SECONDS + grace + 60) / 60) + 1  # Slurm may signal 30 s early
-    elif mode == "chain":
+    elif mode == ContinuationMode.CHAIN:
         extra = ["--chain", str(math.ceil(steps / CHAIN_STEPS_PER_JOB) + 1)]
     else:
         extra = ["--continuation", mode]
@@ -111,7 +113,7 @@ def job_ids(run: RunDir) -> list[str]:
 
 
 def queue_states(ids: list[str]) -> set[str]:
-    """The states of these jobs still in the queue (JobState is a str: compares with ACTIVE's)."""
+    """The states of these jobs still in the queue (JobState is a str: compares with QUEUED's)."""
     return set(calls.queue_states(ids, timeout=30).values())
 
 
@@ -120,7 +122,7 @@ def settled(run: RunDir) -> bool:
     (finished, failed, or a chain that ran out: the figures then show lost steps)."""
     if not ledger.of_kind(ledger.read(run), JobEnd):
         return False
-    return not ACTIVE & queue_states(job_ids(run))
+    return not QUEUED & queue_states(job_ids(run))
 
 
 def job_runs(ids: list[str]) -> list[JobRun]:
@@ -201,13 +203,13 @@ def report(all_figures: list[Figures], steps: int, grace: int) -> bool:
         print(f"{f.mode:<9} {f.training_runs:>4} {f.idle_runs:>4} {f.goodput:7.2f} {ratio}  {seconds(f.gaps):>15}  "
               f"{queue} {startup} {f.lost:>4} {f.repeated:>4} {f.wall:6.0f}")
     exact = all(f.lost == 0 and f.repeated == 0 for f in all_figures)
-    afterany = next((f for f in all_figures if f.mode == "afterany"), None)
+    afterany = next((f for f in all_figures if f.mode == ContinuationMode.AFTERANY), None)
     gap_ok = afterany is None or all(g < AFTERANY_GAP_TARGET for g in afterany.gaps)
     print(f"\ntarget zero steps lost or repeated: {'met' if exact else 'NOT met'}")
     if afterany is not None:
         print(f"target afterany restart gap < {AFTERANY_GAP_TARGET:.0f} s: {'met' if gap_ok else 'NOT met'} "
               f"(max {max(afterany.gaps, default=0):.1f} s)")
-    requeue = next((f for f in all_figures if f.mode == "requeue"), None)
+    requeue = next((f for f in all_figures if f.mode == ContinuationMode.REQUEUE), None)
     if requeue is not None and requeue.gaps:
         print(f"requeue restart gap: median {statistics.median(requeue.gaps):.0f} s (Slurm holds a requeued job for "
               "AuthInfo cred_expire, 120 s by default, then starts it on a scheduling pass)")
@@ -225,7 +227,7 @@ def main() -> int:
     problem = bad_input(modes, args)
     if problem:
         print(f"resubmit_goodput: {problem}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     with tempfile.TemporaryDirectory(prefix="resubmit_goodput-") as tmp:
         return run_all(Path(tmp) / "runs", ["baseline", *modes], args.steps, args.signal_grace, args.timeout)
 

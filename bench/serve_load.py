@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from bench.eval_throughput import model_server, stage
+from hpc.job.workload_env import HPC_RUN_DIR
 from trainer.serving.vllm_server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,7 +48,7 @@ def service(model_url: str, data_dir: Path, concurrency: int) -> Iterator[str]:
 
     port = free_port()
     env = {**os.environ, "DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    env.pop("HPC_RUN_DIR", None)
+    env.pop(HPC_RUN_DIR, None)
     child = subprocess.Popen([sys.executable, "-m", "trainer.serve", "--config", "smoke", "--model_base", model_url,
                               "--model_name", "policy", "--port", str(port), "--run_dir", str(data_dir / "serve_run"),
                               f"max_in_flight={concurrency}", "max_queue=1000"],

@@ -46,6 +46,7 @@ from hpc.run import ledger
 from hpc.run.ledger import Cancelled, JobEnd, JobStart, LeaseHeld, SlurmUnknown, Successor
 from hpc.run.rundir import RunDir
 from hpc.slurm import calls
+from hpc.slurm.states import QUEUED
 from tests.doubles import slurm_wrappers
 from tests.doubles.slurm_wrappers import FAULT_DIR
 from tests.doubles.step_trainer import read_steps
@@ -53,7 +54,6 @@ from tests.doubles.step_trainer import read_steps
 REPO = Path(__file__).resolve().parent.parent
 
 STATUS = REPO / "scripts" / "status.sh"
-ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"}
 QUERIES = ("squeue", "sacct", "scontrol")
 
 
@@ -110,7 +110,7 @@ def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> No
 
 
 def queued(run: RunDir) -> set[str]:
-    return {str(s) for s in calls.queue_states(job_ids(run), timeout=30).values()} & ACTIVE
+    return {str(s) for s in calls.queue_states(job_ids(run), timeout=30).values()} & QUEUED
 
 
 def first_job(d: Drill) -> str:

@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import re
 
-from hpc.job.workload_env import HPC_PUBLIC_VARS
-
 # TOKENS and KEYS alone are counts and lists (MAX_NEW_TOKENS, JUDGE_SERVE_MAX_OUTPUT_TOKENS), not secrets.
 SECRET_WORDS = frozenset({
     "KEY", "APIKEY", "APIKEYS", "TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWORDS", "PASSWD", "PASS",
     "PASSPHRASE", "PAT", "CREDENTIAL", "CREDENTIALS", "CREDS", "COOKIE", "COOKIES", "DSN", "WEBHOOK"})
 SECRET_PARTS = ("PASSWORD", "PASSWD", "WEBHOOK", "APIKEY", "API_KEY", "ACCESSKEY", "ACCESS_KEY", "SECRETKEY",
                 "SECRET_KEY", "PRIVATEKEY", "PRIVATE_KEY", "AUTHTOKEN", "AUTH_TOKEN", "ACCESS_TOKEN")
-PUBLIC_SETTING = HPC_PUBLIC_VARS  # names the rule would call secret that hold nothing secret
 # scheme://[user]:password@ : the credentials of a database, proxy or git URL
 _URL_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:[^\s@]+@")
 _WORD_SPLIT = re.compile(r"[_\W]+")

@@ -20,22 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc.job import end_slurm, successor
+from hpc.job.continuation_modes import ContinuationMode
 from hpc.job.end_decision import Action, decide, unclosed_start
 from hpc.job.error_line import log_size
+from hpc.job.exit_codes import EXIT_NOT_OURS, EXIT_NOTHING_TO_DO, EXIT_RUN_HELD
 from hpc.job.run_marks import current_step, give_up
 from hpc.job.workload_env import HPC_PACK_RUNS
 from hpc.run import lease, ledger, ownership
 from hpc.run.checkpoints import quarantine_incomplete
-from hpc.run.lease import EXIT_RUN_HELD
 from hpc.run.ledger import By, Cancelled, JobEnd, JobStart, LeaseHeld, Outcome, Requeue, Resubmit
 from hpc.run.rundir import RunDir
 from hpc.slurm import answer as answers
 from hpc.slurm.answer import Knowledge
 from hpc.slurm.states import JobState
-
-EXIT_NOTHING_TO_DO = 10  # the run is finished or failed, or another job carries it; the job exits 0 at once
-EXIT_NOT_OURS = 3  # the model folder belongs to another run; the job fails, nothing continues
-# EXIT_RUN_HELD (12, hpc/run/lease.py): another job holds the run; this one touched nothing and ends
 
 
 @dataclass(frozen=True)
@@ -114,7 +111,8 @@ def resume_after_lost_job(run: RunDir, lost: JobStart, step: int, job_id: str, l
     progress; --max_resubmits used up)."""
     if close_lost_job(run, lost, step, job_id) is Action.STOP:
         return False
-    decision = decide(ledger.read(run), done=False, mode="afterany", max_resubmits=limits.max_resubmits + 1,
+    decision = decide(ledger.read(run), done=False, mode=ContinuationMode.AFTERANY,
+                      max_resubmits=limits.max_resubmits + 1,
                       max_failures=limits.max_failures)
     if decision.action is Action.GIVE_UP:
         give_up(run, decision.reason, None)

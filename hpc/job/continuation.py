@@ -24,10 +24,9 @@ import sys
 from pathlib import Path
 
 from hpc.job.begin_hook import Limits, begin
+from hpc.job.continuation_modes import MODE_CHOICES
 from hpc.job.end_hook import EndArgs, end
 from hpc.run.rundir import RunDir
-
-MODES = ("requeue", "afterany", "chain")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--max_failures", type=int, default=Limits.max_failures)
     e = sub.choices["end"]
     e.add_argument("--exit_code", type=int, required=True)
-    e.add_argument("--mode", choices=MODES, required=True)
+    e.add_argument("--mode", choices=MODE_CHOICES, required=True)
     e.add_argument("--script", type=Path, required=True)
     e.add_argument("--max_resubmits", type=int, required=True)
     e.add_argument("--max_failures", type=int, required=True)

@@ -44,8 +44,6 @@ from hpc.run.rundir import RunDir
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
 
-END_TIME_ENV = HPC_JOB_END_TIME  # epoch seconds; wins over Slurm (outside Slurm, tests)
-GRACE_ENV = HPC_SIGNAL_GRACE  # the job's --signal_grace, exported by sbatch/_job_control.sh.j2
 END_TIME_MAX_AGE = 30.0  # seconds a value read from Slurm is trusted before it is read again
 
 
@@ -105,7 +103,7 @@ class JobEnd:
     _cached: tuple[float, float | None] | None = field(default=None, repr=False)  # (read at, value)
 
     def get(self) -> float | None:
-        override = _number(self.env, END_TIME_ENV, "the job's end as epoch seconds")
+        override = _number(self.env, HPC_JOB_END_TIME, "the job's end as epoch seconds")
         if override is not None:
             return override
         job_id = self.env.get("SLURM_JOB_ID", "")
@@ -118,12 +116,12 @@ class JobEnd:
 
     @property
     def source(self) -> str:
-        return END_TIME_ENV if self.env.get(END_TIME_ENV, "").strip() else "Slurm"
+        return HPC_JOB_END_TIME if self.env.get(HPC_JOB_END_TIME, "").strip() else "Slurm"
 
 
 def signal_grace(env: Mapping[str, str]) -> float:
     """Seconds before the end at which the job is told to stop (0 outside a job)."""
-    return _number(env, GRACE_ENV, "seconds (the job's --signal_grace)") or 0.0
+    return _number(env, HPC_SIGNAL_GRACE, "seconds (the job's --signal_grace)") or 0.0
 
 
 # -- how long the next step takes ------------------------------------------------------------

@@ -15,13 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from hpc.job.continuation_modes import ContinuationMode
+from hpc.job.exit_codes import EXIT_BAD_INPUT, EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME
 from hpc.run import ledger
 from hpc.run.ledger import Chain, JobEnd, JobStart, Outcome, Record
-from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME
 
 # A workload that exits 78 (the trainer's preflight or setup: a configuration error) or 2 (bad
 # input: the evaluation's and the service's bad model or data, a usage error) cannot outgrow it.
-PERMANENT_EXIT_CODES = (EXIT_CONFIG_ERROR, 2)
+PERMANENT_EXIT_CODES = (EXIT_CONFIG_ERROR, EXIT_BAD_INPUT)
 
 
 class Action(StrEnum):
@@ -151,7 +152,7 @@ def decide(records: list[Record], *, done: bool, mode: str, max_resubmits: int,
     if slurm.requeued:
         return Decision(Action.REQUEUED, "Slurm has requeued this job itself (preemption or an admin): "
                                          "it continues the run, nothing else is submitted")
-    if mode == "chain":
+    if mode == ContinuationMode.CHAIN:
         return chain_decision(records, last)
     return continuation_decision(records, last, mode, max_resubmits)
 
@@ -185,7 +186,7 @@ def continuation_decision(records: list[Record], last: JobEnd | None, mode: str,
     if used >= max_resubmits:
         return Decision(Action.GIVE_UP, f"reached --max_resubmits {max_resubmits} continuations without finishing")
     why = "stopped for time" if last is not None and last.outcome is Outcome.STOPPED else "failed but made progress"
-    action = Action.REQUEUE if mode == "requeue" else Action.RESUBMIT
+    action = Action.REQUEUE if mode == ContinuationMode.REQUEUE else Action.RESUBMIT
     return Decision(action, f"{why}; continuation {used + 1} of at most {max_resubmits}")
 
 

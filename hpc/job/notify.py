@@ -34,9 +34,6 @@ from hpc.job.workload_env import HPC_CLUSTER, HPC_NOTIFY_PROXY, HPC_WEBHOOK_TIME
 from hpc.run.rundir import RunDir, utc_now
 
 EVENTS = ("done", "failed", "stalled", "collapsed", "declined")
-URL_VAR = HPC_WEBHOOK_URL
-PROXY_VAR = HPC_NOTIFY_PROXY
-TIMEOUT_VAR = HPC_WEBHOOK_TIMEOUT
 DEFAULT_TIMEOUT = 5.0
 
 
@@ -70,11 +67,11 @@ def notice(run: RunDir, event: str, detail: str, env: Mapping[str, str] = os.env
 
 def tell(run: RunDir, event: str, detail: str = "", env: Mapping[str, str] = os.environ) -> bool:
     """Post the notice when a webhook is configured; True when it answered 2xx. Never raises."""
-    url = (env.get(URL_VAR) or "").strip()
+    url = (env.get(HPC_WEBHOOK_URL) or "").strip()
     if not url:
         return False
     try:
-        return send(notice(run, event, detail, env), url, env.get(PROXY_VAR) or None, timeout_of(env))
+        return send(notice(run, event, detail, env), url, env.get(HPC_NOTIFY_PROXY) or None, timeout_of(env))
     except Exception as err:  # noqa: BLE001 - a notice must never fail the job
         say(f"could not tell the webhook about {event}: {reason(err, url)}")
         return False
@@ -82,7 +79,7 @@ def tell(run: RunDir, event: str, detail: str = "", env: Mapping[str, str] = os.
 
 def timeout_of(env: Mapping[str, str]) -> float:
     try:
-        value = float(env.get(TIMEOUT_VAR) or DEFAULT_TIMEOUT)
+        value = float(env.get(HPC_WEBHOOK_TIMEOUT) or DEFAULT_TIMEOUT)
     except ValueError:
         return DEFAULT_TIMEOUT
     return value if 0 < value <= 120 else DEFAULT_TIMEOUT

@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc.job import end_slurm, successor, trusted_run
-from hpc.job.begin_hook import EXIT_NOTHING_TO_DO
+from hpc.job.continuation_modes import SUCCESSOR_CHOICES, ContinuationMode
 from hpc.job.end_decision import CONTINUES, SlurmView, decide, last_end
+from hpc.job.exit_codes import EXIT_NOTHING_TO_DO
 from hpc.job.plain_file import make_plain
 from hpc.job.run_marks import give_up
 from hpc.run import ledger
@@ -146,7 +147,7 @@ def wants_to_continue(member: Member, job_id: str, settings: "Settings", slurm: 
 
 @dataclass(frozen=True)
 class Settings:
-    mode: str  # requeue | afterany
+    mode: str  # one of SUCCESSOR_CHOICES
     script: Path  # the pack job's script
     max_resubmits: int
     max_failures: int
@@ -207,7 +208,7 @@ def end(members: list[Member], job_id: str, settings: Settings, restart_count: i
         print(f"[pack] job {job_id}: no run of the pack continues")
         return []
     names = ", ".join(m.run.name for m in going)
-    if settings.mode == "requeue" and not fewer and end_slurm.requeued(job_id):
+    if settings.mode == ContinuationMode.REQUEUE and not fewer and end_slurm.requeued(job_id):
         for m in going:
             ledger.append(m.run, Requeue(job_id=job_id, by=By.JOB))
         print(f"[pack] requeued job {job_id} for {names}")
@@ -244,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--first", type=int, required=True)
     j.add_argument("--count", type=int, required=True)
     e = sub.add_parser("end")
-    e.add_argument("--mode", choices=("requeue", "afterany"), required=True)
+    e.add_argument("--mode", choices=SUCCESSOR_CHOICES, required=True)
     e.add_argument("--script", type=Path, required=True)
     e.add_argument("--max_resubmits", type=int, required=True)
     e.add_argument("--max_failures", type=int, required=True)

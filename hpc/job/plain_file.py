@@ -5,7 +5,7 @@
 A job script's own ``>>`` and ``>`` open their file as bash does: through any link. Someone who
 may write in a run directory could plant ``server.log -> ~/.bashrc`` and have the job write there.
 Each PATH below RUN_DIR is created (or kept) with no link on the way followed, the file's own name
-included (``hpc.run.rundir.open_inside``), before the script redirects into it; a link there is
+included (``hpc.run.safe_io.open_inside``), before the script redirects into it; a link there is
 an error naming it, exit 1, and the script writes nothing. The Python side's readers and writers
 refuse links the same way.
 """
@@ -18,7 +18,8 @@ import stat
 import sys
 from pathlib import Path
 
-from hpc.run.rundir import OutsideRun, open_inside
+from hpc.job.exit_codes import EXIT_BAD_INPUT
+from hpc.run.safe_io import OutsideRun, open_inside
 
 
 def make_plain(root: Path, path: Path) -> None:
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2:
         print("usage: python -S -m hpc.job.plain_file RUN_DIR PATH [PATH ...]", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     root = Path(args[0])
     for path in map(Path, args[1:]):
         try:

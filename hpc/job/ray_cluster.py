@@ -36,7 +36,8 @@ import sys
 import time
 from pathlib import Path
 
-MARKER_VAR = "HPC_RAY_TEMP_DIR"  # set for ray start, inherited by all its processes
+from hpc.job.workload_env import HPC_RAY_HOST_SUFFIX, HPC_RAY_TEMP_DIR
+
 SESSION_FILE = "hpc_ray_session"  # inside the node's temp dir: the sid of its Ray processes
 TERM_GRACE_SECONDS = 3.0  # gcs_server answers TERM slowly; all must fit in KillWait (30 s, Slurm's default and the local Slurm's)
 # Ports of node k, relative to the head port P: P+1 client server, P+2 dashboard;
@@ -74,7 +75,7 @@ def node_ip(hostname: str | None = None, suffix: str | None = None) -> str:
     JSC) is resolved first; a loopback answer falls back to the address of the
     default route, without sending anything."""
     if suffix is None:
-        suffix = os.environ.get("HPC_RAY_HOST_SUFFIX", "")
+        suffix = os.environ.get(HPC_RAY_HOST_SUFFIX, "")
     host = (hostname or socket.gethostname()) + suffix
     try:
         addresses = [str(info[4][0]) for info in socket.getaddrinfo(host, None, socket.AF_INET)]
@@ -162,7 +163,7 @@ def ray_pids(tmp: Path) -> list[int]:
     to), or naming its temp dir on the command line."""
     session = _recorded_session(tmp)
     me, uid = os.getpid(), os.getuid()
-    marker = f"\0{MARKER_VAR}={tmp}\0".encode()
+    marker = f"\0{HPC_RAY_TEMP_DIR}={tmp}\0".encode()
     return [
         pid for pid, sid, owner, cmdline, environ in _processes()
         if pid != me and owner == uid
@@ -273,7 +274,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     log(f"{node_name()}: GPUs visible to this step: {gpus}")
     log(f"{node_name()}: {' '.join(command)}")
     try:
-        child = subprocess.Popen(command, start_new_session=True, env={**os.environ, MARKER_VAR: str(tmp)})
+        child = subprocess.Popen(command, start_new_session=True, env={**os.environ, HPC_RAY_TEMP_DIR: str(tmp)})
     except OSError as err:
         return fail(f"{node_name()}: cannot run {command[0]}: {err.strerror} (bash setup.sh --ray installs Ray)")
     (tmp / SESSION_FILE).write_text(f"{child.pid}\n")  # start_new_session: sid == pid

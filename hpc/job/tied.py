@@ -11,7 +11,8 @@ the job's successor (hpc/job/successor.py) would train the same run beside it.
 Linux's PR_SET_PDEATHSIG asks the kernel to send SIGKILL when the parent dies; it survives
 the exec into the command, so the command keeps this process's pid (job control passes
 its signals to that pid). If the shell died before the request was made, the command is
-not started. Stdlib only, started with ``-S``: a few milliseconds.
+not started. Stdlib only (its one import of the package, hpc/job/exit_codes.py, imports nothing),
+started with ``-S``: a few milliseconds.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import ctypes
 import os
 import signal
 import sys
+
+from hpc.job.exit_codes import EXIT_BAD_INPUT
 
 PR_SET_PDEATHSIG = 1
 
@@ -37,7 +40,7 @@ def tie_to_parent(parent: int) -> bool:
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or not argv[0].isdigit():
         print("usage: python -S -m hpc.job.tied SHELL_PID COMMAND [ARG ...]", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     if not tie_to_parent(int(argv[0])):
         print(f"hpc.job.tied: the shell {argv[0]} is gone; not starting {argv[1]}", file=sys.stderr)
         return 1

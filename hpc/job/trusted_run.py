@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from hpc.job.exit_codes import EXIT_BAD_INPUT
 from hpc.run.trust import Kind, Untrusted, check_entry, check_model_folder, check_run_folder
 
 
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args:
         print("usage: python -S -m hpc.job.trusted_run RUN_DIR [SCRIPT ...] [--model_dir DIR]", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     model_dir = None
     if "--model_dir" in args[:-1]:
         at = args.index("--model_dir")

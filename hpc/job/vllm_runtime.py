@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from hpc.job.exit_codes import EXIT_BAD_INPUT
+
 RUNTIME_SERVER = "art-vllm-runtime-server"
 ART_DEFAULT_CACHE = Path("/tmp/art-cache/vllm_runtime")  # art.utils.cache_dirs: node-local
 _WHEEL_URL = re.compile(r"^(?P<name>vllm) @ \S*/vllm-(?P<version>[0-9][^-+%]*)")
@@ -294,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     if bundle is None:
         print("hpc.job.vllm_runtime: ART (openpipe-art) is not installed here: no runtime bundle to read",
               file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     if args.command in ("art-torch-pin", "torch-overrides"):
         print(art_backend_torch() if args.command == "art-torch-pin" else "\n".join(backend_torch_overrides(bundle)))
         return 0

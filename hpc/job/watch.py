@@ -21,6 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from hpc.job import notify
+from hpc.job.exit_codes import EXIT_BAD_INPUT
+from hpc.job.workload_env import HPC_WATCH_INTERVAL
 from hpc.run import ledger
 from hpc.run.health import Flag, HealthSettings, SettingError, check
 from hpc.run.ledger import JobStart
@@ -63,13 +65,13 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run_dir", type=Path, required=True)
     parser.add_argument("--job_id", default=os.environ.get("SLURM_JOB_ID", "local"))
-    parser.add_argument("--interval", type=float, default=float(os.environ.get("HPC_WATCH_INTERVAL") or DEFAULT_INTERVAL))
+    parser.add_argument("--interval", type=float, default=float(os.environ.get(HPC_WATCH_INTERVAL) or DEFAULT_INTERVAL))
     args = parser.parse_args(argv)
     try:
         settings = HealthSettings.from_env()
     except SettingError as err:
         print(f"[watch] {err}; the run is not watched", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     run = RunDir(args.run_dir)
     started = datetime.now(timezone.utc)
     watcher = Watcher(run, args.job_id, job_start_of(run, args.job_id) or started, settings)

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc.job import vllm_runtime
+from hpc.job.exit_codes import EXIT_BAD_INPUT
 from hpc.job.wheelhouse_install import install, make_venv, target_packages, wheels_for
 from hpc.job.wheelhouse_locks import (
     Pin,
@@ -331,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.name}: installed {len(pins)} package(s) from {args.directory}")
     except (WheelhouseError, OSError) as error:
         print(f"hpc.job.wheelhouse: error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     return 0
 
 

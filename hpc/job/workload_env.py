@@ -91,7 +91,8 @@ HPC_RAY_HOSTS = "HPC_RAY_HOSTS"
 HPC_RAY_HEAD = "HPC_RAY_HEAD"
 HPC_RAY_HEAD_IP = "HPC_RAY_HEAD_IP"
 HPC_RAY_ADDRESS = "HPC_RAY_ADDRESS"
-# Outside a job script: the launcher's own environment, the remote commands, the deadline's override, the GPU proof:
+# Outside a job script: the launcher's own environment, the remote commands, the deadline's override, the GPU proof,
+# the helper scripts:
 HPC_HOSTNAME = "HPC_HOSTNAME"  # the host name the launcher detects the cluster from
 HPC_REMOTE_DIR = "HPC_REMOTE_DIR"  # --remote: the checkout on the login node (hpc/remote/options.py)
 HPC_REMOTE_SSH_OPTS = "HPC_REMOTE_SSH_OPTS"  # --remote: ssh options before ours
@@ -100,6 +101,8 @@ HPC_CALLER_DIR = "HPC_CALLER_DIR"  # the monitor's caller's directory: relative 
 HPC_JOB_END_TIME = "HPC_JOB_END_TIME"  # epoch seconds; wins over Slurm's end time (hpc/job/deadline.py)
 HPC_PROOF_GPU_FRACTION = "HPC_PROOF_GPU_FRACTION"  # the GPU proof's card emulation
 HPC_PROOF_TORCH_PEAKS = "HPC_PROOF_TORCH_PEAKS"  # the GPU proof's card emulation
+HPC_SCRIPTS_DIR = "HPC_SCRIPTS_DIR"  # scripts/common.sh: the helper scripts' folder (bash only)
+HPC_REPO_DIR = "HPC_REPO_DIR"  # scripts/common.sh: the checkout the helper scripts run from (bash only)
 
 HPC_NAMES: frozenset[str] = frozenset(value for name, value in dict(globals()).items() if name.startswith("HPC_"))
 

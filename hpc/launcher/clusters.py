@@ -16,13 +16,14 @@ from pathlib import Path
 
 from hpc import yamlfile
 from hpc.errors import UsageError
+from hpc.job.gpu_modes import CLUSTER_CHOICES, GpuMode
+from hpc.job.workload_env import HPC_HOSTNAME
 from hpc.launcher.timelimit import parse_time_limit
 
 REGISTRY_FILE = Path(__file__).with_name("clusters.yaml")
 FALLBACK_CLUSTER = "local"
 CPU_ARCHS = ("x86_64", "aarch64")
 GPU_GRES_MODES = ("gres", "none")
-GPU_MODES = ("shared", "dedicated")
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Cluster:
     dotenv: str
     login_host: str | None = None
     ray_port: int = 6379
-    gpu_mode: str = "shared"  # default for configs saying gpu_mode: auto (shared | dedicated)
+    gpu_mode: str = GpuMode.SHARED  # default for configs saying gpu_mode: auto (a GpuMode)
     notes: str = ""
 
     @property
@@ -107,9 +108,9 @@ class Registry:
 
 def current_hostname() -> tuple[str, str]:
     """The hostname used for detection and where it came from (HPC_HOSTNAME wins)."""
-    override = os.environ.get("HPC_HOSTNAME")
+    override = os.environ.get(HPC_HOSTNAME)
     if override:
-        return override, "HPC_HOSTNAME"
+        return override, HPC_HOSTNAME
     return qualified_hostname(), "hostname"
 
 
@@ -163,15 +164,15 @@ def _cluster_from_entry(name: str, entry: dict, path: Path) -> Cluster:
             dotenv=entry["dotenv"],
             login_host=entry.get("login_host"),
             ray_port=int(entry.get("ray_port", 6379)),
-            gpu_mode=entry.get("gpu_mode", "shared"),
+            gpu_mode=entry.get("gpu_mode", GpuMode.SHARED),
             notes=str(entry.get("notes", "")),
         )
     except KeyError as missing:
         raise ValueError(f"{where}: missing field {missing}") from None
     if cluster.cpu_arch not in CPU_ARCHS:
         raise ValueError(f"{where}: cpu_arch {cluster.cpu_arch!r} not one of {CPU_ARCHS}")
-    if cluster.gpu_mode not in GPU_MODES:
-        raise ValueError(f"{where}: gpu_mode {cluster.gpu_mode!r} not one of {GPU_MODES}")
+    if cluster.gpu_mode not in CLUSTER_CHOICES:
+        raise ValueError(f"{where}: gpu_mode {cluster.gpu_mode!r} not one of {CLUSTER_CHOICES}")
     if cluster.gpu_gres not in GPU_GRES_MODES:
         raise ValueError(f"{where}: gpu_gres {cluster.gpu_gres!r} not one of {GPU_GRES_MODES}")
     _ = cluster.max_minutes  # validates max_time (the property raises on a bad one)

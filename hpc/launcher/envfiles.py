@@ -32,7 +32,8 @@ from dotenv.parser import parse_stream
 
 from hpc.digits import is_count
 from hpc.errors import UsageError
-from hpc.secret_names import PUBLIC_SETTING, has_credentials, is_secret_name, public_names
+from hpc.job.workload_env import HPC_PUBLIC_VARS
+from hpc.secret_names import has_credentials, is_secret_name, public_names
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Only the braced form, as python-dotenv does: a bare "$" (say in a password) stays literal.
@@ -199,7 +200,7 @@ class _Resolver:
 
     def __init__(self, raw: dict[str, str], sources: dict[str, str], outer: Mapping[str, str]):
         self.raw, self.sources, self.outer = raw, sources, outer
-        self.public = public_names(raw.get(PUBLIC_SETTING))  # names declared not secret
+        self.public = public_names(raw.get(HPC_PUBLIC_VARS))  # names declared not secret
         self.done: dict[str, str] = {}
         self.secret_of: dict[str, str | None] = {}  # the secret a value is (built from), if any
         self.depth: dict[str, int] = {}  # the longest chain of references below a name

@@ -37,6 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from hpc import yamlfile
+from hpc.job.gpu_modes import GpuMode
 from hpc.launcher.trainer_config import VLLM_SHARE
 
 MODELS_FILE = Path(__file__).with_name("models.yaml")
@@ -129,7 +130,7 @@ def estimate(shape: ModelShape, plan: Plan) -> Estimate:
     resident = shape.params_b * 1e9 * per_param / GIB + LORA_AND_OPTIMIZER_GIB + CUDA_CONTEXT_GIB
     peak = resident + training_activations_gib(shape, plan.max_seq_length)
     usable = plan.gpu_gib - CUDA_CONTEXT_GIB
-    if plan.gpu_mode == "dedicated":
+    if plan.gpu_mode == GpuMode.DEDICATED:
         return Estimate(vllm_need, plan.utilization * usable, resident, usable, peak, usable)
     beside_vllm = (1 - plan.utilization) * plan.gpu_gib
     return Estimate(vllm_need, plan.utilization * usable, resident, beside_vllm, peak, usable)
@@ -165,12 +166,12 @@ def check_fit(base_model: str, plan: Plan, gpus_per_node: int, where: str) -> Fi
 def ways_that_fit(shape: ModelShape, plan: Plan, gpus_per_node: int) -> list[str]:
     """Launcher flags that make the estimate fit, best first."""
     ways = []
-    if plan.gpu_mode == "shared" and gpus_per_node >= 2:
-        dedicated = replace(plan, gpu_mode="dedicated", utilization=max(plan.utilization, VLLM_SHARE["dedicated"]))
+    if plan.gpu_mode == GpuMode.SHARED and gpus_per_node >= 2:
+        dedicated = replace(plan, gpu_mode=GpuMode.DEDICATED, utilization=max(plan.utilization, VLLM_SHARE[GpuMode.DEDICATED]))
         if estimate(shape, dedicated).fits:
-            ways.append(train_args(gpu_mode="dedicated", gpu_memory_utilization=dedicated.utilization))
+            ways.append(train_args(gpu_mode=GpuMode.DEDICATED, gpu_memory_utilization=dedicated.utilization))
         elif (seq := longest_sequence(shape, dedicated)) is not None:
-            ways.append(train_args(gpu_mode="dedicated", gpu_memory_utilization=dedicated.utilization,
+            ways.append(train_args(gpu_mode=GpuMode.DEDICATED, gpu_memory_utilization=dedicated.utilization,
                                    max_seq_length=seq))
     if (seq := longest_sequence(shape, plan)) is not None:
         ways.append(train_args(max_seq_length=seq))
@@ -183,7 +184,7 @@ def ways_that_fit(shape: ModelShape, plan: Plan, gpus_per_node: int) -> list[str
 def train_args(**settings: object) -> str:
     """``--train_arg k=v ...`` as a user types it; dedicated mode also needs two GPUs."""
     text = " ".join(f"--train_arg {key}={value}" for key, value in settings.items())
-    return text + (" --gpus_per_node 2" if settings.get("gpu_mode") == "dedicated" else "")
+    return text + (" --gpus_per_node 2" if settings.get("gpu_mode") == GpuMode.DEDICATED else "")
 
 
 def longest_sequence(shape: ModelShape, plan: Plan, step: int = 1024) -> int | None:

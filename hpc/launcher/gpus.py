@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hpc.errors import UsageError
+from hpc.job.gpu_modes import AUTO, GpuMode
 from hpc.launcher.clusters import Cluster
 from hpc.launcher.gpu_memory import Plan, check_fit
 from hpc.launcher.trainer_config import vllm_share
@@ -14,7 +15,7 @@ from hpc.launcher.trainer_config import vllm_share
 if TYPE_CHECKING:
     from hpc.launcher.trainer_config import TrainerConfig
 
-GPUS_PER_RUN = {"shared": 1, "dedicated": 2}
+GPUS_PER_RUN: dict[str, int] = {GpuMode.SHARED: 1, GpuMode.DEDICATED: 2}
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class GpuPlan:
     def describe(self) -> str:
         if self.gpu_mode is None:
             return f"{self.gpus_per_node} per node"
-        use = ("vLLM and training take turns on one GPU" if self.gpu_mode == "shared"
+        use = ("vLLM and training take turns on one GPU" if self.gpu_mode == GpuMode.SHARED
                else "training on the first GPU, vLLM on the second")
         return f"{self.gpus_per_node} per node, gpu_mode {self.gpu_mode} ({use}); memory: {self.fit}"
 
@@ -39,8 +40,8 @@ def plan_gpus(requested: int | None, cluster: Cluster, trainer: "TrainerConfig |
     and refuse a config whose estimate does not fit the cluster's GPUs."""
     if trainer is None:
         return GpuPlan(check_gpus(1 if requested is None else requested, cluster), None)
-    mode = cluster.gpu_mode if trainer.gpu_mode == "auto" else trainer.gpu_mode
-    extra = (f"gpu_mode={mode}",) if trainer.gpu_mode == "auto" else ()
+    mode = cluster.gpu_mode if trainer.gpu_mode == AUTO else trainer.gpu_mode
+    extra = (f"gpu_mode={mode}",) if trainer.gpu_mode == AUTO else ()
     per_run = GPUS_PER_RUN[mode]
     gpus = check_gpus(per_run if requested is None else requested, cluster)
     if gpus < per_run:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc.errors import UsageError
-from hpc.job.workload_env import Job, job_env, launch_names
+from hpc.job.continuation_modes import ContinuationMode
+from hpc.job.workload_env import HPC_RAY_JOIN_TIMEOUT, REPO_DIR, Job, job_env, launch_names
 from hpc.launcher.clusters import Cluster, Detection
 from hpc.launcher.envfiles import EnvLayer, MergedEnv, parse_env_flags, read_dotenv, resolve_one
 from hpc.launcher.managed_vars import refuse_managed
@@ -30,11 +31,9 @@ if TYPE_CHECKING:
     from hpc.launcher.trainer_config import TrainerConfig
     from hpc.run.init_from import Source
 
-REPO_DIR = Path(__file__).resolve().parents[2]
 DOTENV_DIR = REPO_DIR / "dotenv"
 DEFAULT_ENTRYPOINT = "trainer.train"
 DEFAULT_CONFIG = "agent_008"
-CONTINUATION_MODES = ("auto", "requeue", "afterany")
 DEFAULT_RAY_JOIN_TIMEOUT = 300  # seconds; HPC_RAY_JOIN_TIMEOUT in the dotenv or --env overrides
 DEFAULT_SIGNAL_GRACE = 300  # seconds: time to finish the step in flight and save its checkpoint
 # Variables whose values the launcher writes into paths, #SBATCH and job-script lines or the dry run,
@@ -43,7 +42,7 @@ PRINTED_SETTINGS = ("RUNS_DIR", "ART_PATH", "DATA_DIR", "HF_HOME", "HF_HUB_CACHE
                     "ART_VLLM_RUNTIME_CACHE_DIR", "ART_VLLM_RUNTIME_BIN", "TUNNEL_HOST", "TUNNEL_PORT",
                     "TUNNEL_SSH_OPTS", "TUNNEL_TIMEOUT", "JUDGE_SERVE_MODEL", "JUDGE_SERVE_GPUS", "JUDGE_SERVE_PORT",
                     "JUDGE_SERVE_MAX_MODEL_LEN", "JUDGE_SERVE_MAX_OUTPUT_TOKENS", "JUDGE_SERVE_TIMEOUT",
-                    "HPC_RAY_JOIN_TIMEOUT")
+                    HPC_RAY_JOIN_TIMEOUT)
 
 # '=' and '+' appear in sweep runs' names (lr_sweep.learning_rate=2e-5.seed=1; hpc/launcher/sweeps.py).
 JOB_NAME_RE = RUN_NAME_RE  # a job's name is its run's (hpc/run/rundir.py)
@@ -59,7 +58,7 @@ SLURM_WORD_RE = re.compile(r"[A-Za-z0-9._:,@&|+=*!\[\]()/-]+")
 class Continuation:
     """How the run continues after a job ends (see hpc/job/end_decision.py)."""
 
-    mode: str  # requeue | afterany | chain
+    mode: ContinuationMode
     max_resubmits: int
     max_failures: int
     chain: int  # jobs pre-submitted at launch (1 unless --chain)
@@ -226,7 +225,7 @@ def check_ray_port(port: int, num_nodes: int) -> int:
 
 def check_ray_join_timeout(env: MergedEnv) -> int:
     """HPC_RAY_JOIN_TIMEOUT: how long a multi-node job waits for all its Ray nodes (seconds)."""
-    return env.int_setting("HPC_RAY_JOIN_TIMEOUT", DEFAULT_RAY_JOIN_TIMEOUT, 10, 86400)
+    return env.int_setting(HPC_RAY_JOIN_TIMEOUT, DEFAULT_RAY_JOIN_TIMEOUT, 10, 86400)
 
 
 def check_slurm_word(flag: str, value: str | None) -> str | None:
@@ -317,6 +316,16 @@ def resolve_runs_dir(flag: str | None, layers: list[EnvLayer], outer: dict[str, 
     """--runs_dir, else RUNS_DIR from the dotenv layers, else <repo>/runs."""
     value = flag or resolve_one(layers, outer, "RUNS_DIR") or str(REPO_DIR / "runs")
     return check_log_path(Path(value).expanduser().absolute())
+
+
+def runs_dir_here() -> Path:
+    """The runs directory hpc.launch uses on this machine's cluster with no --runs_dir or --env: where the
+    monitor, the report and the trainer's tools look for runs outside a job. UsageError when the dotenv
+    files cannot be resolved here."""
+    from hpc.launcher.clusters import load_registry
+
+    cluster = load_registry().detect().cluster
+    return resolve_runs_dir(None, env_layers(cluster, []), outer_env(cluster))
 
 
 def trainer_config(config: str, train_args: list[str], entrypoint: str) -> "TrainerConfig":

@@ -17,11 +17,11 @@ import sys
 
 from hpc.digits import ascii_int
 from hpc.errors import UsageError
+from hpc.job.continuation_modes import AUTO, LAUNCH_CHOICES
 from hpc.launcher import queue_preflight
 from hpc.launcher import submit as slurm
 from hpc.launcher.clusters import Registry, load_registry
 from hpc.launcher.jobspec import (
-    CONTINUATION_MODES,
     DEFAULT_CONFIG,
     DEFAULT_ENTRYPOINT,
     DEFAULT_SIGNAL_GRACE,
@@ -139,7 +139,7 @@ def add_continuation_flags(p: argparse.ArgumentParser) -> None:
     cont.add_argument("--signal_grace", type=integer, default=None,
                       help="seconds before the time limit at which the job is told (USR1) to stop and save; "
                            f"default: {DEFAULT_SIGNAL_GRACE}, or a quarter of the time limit when that is shorter")
-    cont.add_argument("--continuation", choices=CONTINUATION_MODES, default="auto",
+    cont.add_argument("--continuation", choices=LAUNCH_CHOICES, default=AUTO,
                       help="how a job continues the run: auto = requeue where the cluster allows it, else afterany resubmission")
     cont.add_argument("--max_resubmits", type=integer, default=20, help="most continuations of a run")
     cont.add_argument("--max_failures", type=integer, default=2, help="failed jobs without progress before the run is marked failed")

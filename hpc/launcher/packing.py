@@ -21,6 +21,7 @@ from typing import Sequence, TypeVar
 
 from hpc.digits import is_count
 from hpc.errors import UsageError
+from hpc.job.gpu_modes import GpuMode
 from hpc.launcher.clusters import Cluster, Registry
 
 T = TypeVar("T")
@@ -106,9 +107,9 @@ def describe(use: GpuUse, names: Sequence[str] = ()) -> str:
 def run_parts(use: GpuUse, slot: int, who: str) -> list[str]:
     """What one run's GPUs do: training and vLLM take turns (shared), or one each (dedicated)."""
     devices = use.run_devices(slot)
-    if use.gpu_mode == "dedicated" and len(devices) >= 2:
+    if use.gpu_mode == GpuMode.DEDICATED and len(devices) >= 2:
         return [f"GPU {devices[0]}: {who} training", f"GPU {','.join(map(str, devices[1:]))}: {who} vLLM"]
-    what = " (training and vLLM)" if use.gpu_mode == "shared" else ""
+    what = " (training and vLLM)" if use.gpu_mode == GpuMode.SHARED else ""
     return [f"GPU {','.join(map(str, devices))}: {who}{what}"]
 
 

@@ -25,12 +25,11 @@ import time
 from dataclasses import dataclass
 
 from hpc.job import workload_env
+from hpc.job.exit_codes import EXIT_CONFIG_ERROR, EXIT_UNAVAILABLE
+from hpc.job.workload_env import HPC_JUDGE_SERVED
 from hpc.launcher.jobspec import DEFAULT_ENTRYPOINT, REPO_DIR, JobSpec
-from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_UNAVAILABLE
 
 TIMEOUT = 300  # seconds for the whole check (the judge's own timeout is the config's preflight_timeout)
-EXIT_PERMANENT = EXIT_CONFIG_ERROR  # trainer/training/preflight.py: a failure the run cannot outgrow
-EXIT_TRANSIENT = EXIT_UNAVAILABLE  # trainer/training/preflight.py: every failure may pass later (network, a busy judge)
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class Result:
     @property
     def broken(self) -> str | None:
         """Why the checks could not run at all (a crash, a bad config), else None."""
-        if self.code in (0, EXIT_PERMANENT, EXIT_TRANSIENT) and (self.code == 0 or self.failed_lines):
+        if self.code in (0, EXIT_CONFIG_ERROR, EXIT_UNAVAILABLE) and (self.code == 0 or self.failed_lines):
             return None
         return (self.stderr.strip().splitlines() or ["no output"])[-1]
 
@@ -65,7 +64,7 @@ def job_env(spec: JobSpec) -> dict[str, str]:
     the run, its model folder, internet or not)."""
     served = getattr(spec, "judge", None)  # --judge_serve: a judge only the job can ask
     return {**os.environ, **spec.env.values, **workload_env.job_env(spec.workload_job()),
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True", **({"HPC_JUDGE_SERVED": served.model} if served else {})}
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True", **({HPC_JUDGE_SERVED: served.model} if served else {})}
 
 
 def run(spec: JobSpec) -> Result:
@@ -99,7 +98,7 @@ def gate(spec: JobSpec) -> bool:
         print(f"hpc.launch: the preflight could not run ({result.broken}); nothing submitted "
               "(--no_preflight skips it)", file=sys.stderr)
         return False
-    if result.code == EXIT_PERMANENT:
+    if result.code == EXIT_CONFIG_ERROR:
         print(f"hpc.launch: preflight on the login node failed for run {spec.job_name}; nothing submitted "
               "(--no_preflight skips it):", file=sys.stderr)
         for line in failed:

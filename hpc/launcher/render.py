@@ -15,6 +15,7 @@ from typing import Any
 
 import jinja2
 
+from hpc.job import continuation_modes, exit_codes
 from hpc.job.workload_env import offline_env, run_slot_env
 from hpc.launcher.template_cache import template_cache
 
@@ -52,6 +53,8 @@ def make_environment(templates_dir: Path = TEMPLATES_DIR) -> jinja2.Environment:
     env.filters["q"] = shell_quote
     env.filters["sbatch"] = sbatch_value
     env.globals.update(offline_env=offline_env, run_slot_env=run_slot_env)  # what a job gives its workload
+    # The exit codes job control compares and the continuation modes, as hpc/job/ defines them:
+    env.globals.update(exit_codes=exit_codes, continuation_modes=continuation_modes)
     env.bytecode_cache = template_cache(templates_dir, env)  # set last: its key covers the filters
     return env
 

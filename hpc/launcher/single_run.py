@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from hpc.errors import UsageError
 from hpc.job import vllm_runtime
+from hpc.job.continuation_modes import AUTO, ContinuationMode
+from hpc.job.workload_env import HPC_RUN_DIR
 from hpc.launcher import packing
 from hpc.launcher import submit as slurm
 from hpc.launcher.clusters import Cluster, Registry
@@ -73,7 +75,7 @@ def spec_from_args(args: argparse.Namespace, registry: Registry) -> JobSpec:
     outer = outer_env(cluster, job_name)
     runs_dir = resolve_runs_dir(args.runs_dir, layers, outer)
     run_dir = RunDir(trusted_folder(runs_dir / job_name))
-    env, judge = job_env(args, layers, {**outer, "HPC_RUN_DIR": str(run_dir.path)}, cluster, num_nodes)
+    env, judge = job_env(args, layers, {**outer, HPC_RUN_DIR: str(run_dir.path)}, cluster, num_nodes)
     art_path = env.get("ART_PATH") or str(run_dir.path / "art")
     trainer = trainer_config(config, train_args, args.entrypoint)
     gpus = plan_gpus(args.gpus_per_node, cluster, trainer if args.entrypoint == DEFAULT_ENTRYPOINT else None)
@@ -181,11 +183,11 @@ def runtime_line(trainer: "TrainerConfig", entrypoint: str, env: MergedEnv, arch
 
 def continuation_policy(args: argparse.Namespace, cluster_requeues: bool) -> Continuation:
     if args.chain:
-        mode = "chain"
-    elif args.continuation == "auto":
-        mode = "requeue" if cluster_requeues else "afterany"
+        mode = ContinuationMode.CHAIN
+    elif args.continuation == AUTO:
+        mode = ContinuationMode.REQUEUE if cluster_requeues else ContinuationMode.AFTERANY
     else:
-        mode = args.continuation
+        mode = ContinuationMode(args.continuation)
     return Continuation(mode, args.max_resubmits, args.max_failures, args.chain or 1)
 
 
@@ -305,7 +307,7 @@ def print_preview(spec: JobSpec, script: str, restart: bool = False) -> None:
     if spec.vllm_runtime:
         print(f"vllm runtime: {spec.vllm_runtime}")
     print(f"run state:    {resume_summary(spec, restart)}")
-    chain = f", {c.chain} jobs pre-submitted" if c.mode == "chain" else ", each job queues its successor as it starts"
+    chain = f", {c.chain} jobs pre-submitted" if c.mode == ContinuationMode.CHAIN else ", each job queues its successor as it starts"
     print(f"continuation: {c.mode}{chain} (at most {c.max_resubmits} continuations; "
           f"{c.max_failures} failures without progress mark the run failed)")
     print(f"\n# environment ({' < '.join(_short(s) for s in spec.env_layers)}; secrets shown as ***)")

@@ -25,6 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hpc.errors import UsageError
+from hpc.job.continuation_modes import ContinuationMode
+from hpc.job.workload_env import HPC_RUN_DIR
 from hpc.launcher import packing, queue_preflight, single_run, sweeps
 from hpc.launcher import submit as slurm
 from hpc.launcher.clusters import Registry
@@ -144,7 +146,7 @@ def jobs_per_pack(args: argparse.Namespace, specs: list[JobSpec]) -> int:
                                    judge_gpus)
     if per_job > 1 and spec.num_nodes > 1:
         raise UsageError("--pack runs several runs on one node: use --pack off with --num_nodes > 1")
-    if per_job > 1 and spec.continuation.mode == "chain":
+    if per_job > 1 and spec.continuation.mode == ContinuationMode.CHAIN:
         raise UsageError("--chain pre-submits one run's jobs: use --pack off with --chain")
     if per_job > 1 and len({s.gpus_per_node for s in specs}) > 1:
         raise UsageError("the sweep's runs need different numbers of GPUs (gpu_mode): use --pack off")
@@ -173,7 +175,7 @@ def pack_env(plan: SweepPlan, name: str):  # -> MergedEnv
     """The dotenv as the sweep's directory sees it (each run's script exports its own on top)."""
     first = plan.first
     layers = env_layers(first.cluster, list(plan.env_flags))
-    env = merge_layers(layers, {**outer_env(first.cluster, name), "HPC_RUN_DIR": str(plan.sweep.path)})
+    env = merge_layers(layers, {**outer_env(first.cluster, name), HPC_RUN_DIR: str(plan.sweep.path)})
     for key in ("JUDGE_API_BASE", "JUDGE_MODEL"):  # a served judge's address (--judge_serve)
         if first.env.sources.get(key) == "--judge_serve":
             env.values[key], env.sources[key] = first.env.values[key], "--judge_serve"

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Callable
 
 from hpc.errors import UsageError
+from hpc.job.workload_env import REPO_DIR
 from hpc.remote.options import RemoteOptions, split
 from hpc.remote.ssh import Connection, RemoteError
 from hpc.remote.sync import IN_CHECKOUT, ensure_synced, local_tree
 
-REPO = Path(__file__).resolve().parents[2]  # the laptop's checkout: what is synced
 # $2...: the command, run from the checkout.
 RUN = IN_CHECKOUT + """cd "$d" || exit 1
 shift
@@ -84,7 +84,7 @@ def run_command(name: str, argv: list[str]) -> int:
         options, args = split(argv, command.extra_flags)
         if command.check is not None:
             command.check(options)
-        local = local_tree(REPO, options.uncommitted)
+        local = local_tree(REPO_DIR, options.uncommitted)
         conn = Connection.to(options.dest)
         conn.open()
         ensure_synced(conn, options.remote_dir, local, command.prog)

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc.errors import UsageError
-from hpc.remote.commands import REPO, RUN
-from hpc.remote.options import DEFAULT_DIR, DIR_VARIABLE, SWITCH, checked_dest, checked_dir
+from hpc.job.workload_env import HPC_REMOTE_DIR, REPO_DIR
+from hpc.remote.commands import RUN
+from hpc.remote.options import DEFAULT_DIR, SWITCH, checked_dest, checked_dir
 from hpc.remote.ssh import Connection, RemoteError
 from hpc.remote.sync import IN_CHECKOUT, ensure_synced, last_line, local_tree
 
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("run", help="the run's name under DEST1's runs directory")
     parser.add_argument("--from", dest="source", required=True, help="ssh destination of the cluster it leaves")
     parser.add_argument("--to", dest="dest", required=True, help="ssh destination of the cluster it goes to")
-    default_dir = os.environ.get(DIR_VARIABLE) or DEFAULT_DIR
+    default_dir = os.environ.get(HPC_REMOTE_DIR) or DEFAULT_DIR
     parser.add_argument("--from_dir", default=default_dir, help=f"the checkout on DEST1 (default: {default_dir})")
     parser.add_argument("--to_dir", default=default_dir, help=f"the checkout on DEST2 (default: {default_dir})")
     parser.add_argument("--from_runs_dir", default=None, help="the runs directory on DEST1 (default: its RUNS_DIR)")
@@ -100,7 +101,7 @@ def main(argv: list[str]) -> int:
 
 def move(args: argparse.Namespace) -> int:
     source, target = sides(args)
-    local = local_tree(REPO, args.remote_uncommitted)
+    local = local_tree(REPO_DIR, args.remote_uncommitted)
     for side in (source, target):
         side.conn.open()  # one login each (the same DEST twice: one)
         ensure_synced(side.conn, side.checkout, local, PROG)

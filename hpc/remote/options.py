@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from hpc.errors import UsageError
+from hpc.job.workload_env import HPC_REMOTE_DIR, HPC_REMOTE_SSH_OPTS
 
 DEFAULT_DIR = "~/hpc-art-launcher-remote"
-DIR_VARIABLE = "HPC_REMOTE_DIR"
-SSH_OPTS_VARIABLE = "HPC_REMOTE_SSH_OPTS"
 SWITCH = "--remote_uncommitted"
 DEST_ACCEPTED = "an ssh destination: [user@]host, or a Host alias of your ~/.ssh/config"
 DIR_ACCEPTED = "a folder on the cluster: absolute, or relative to your home there (~/ allowed)"
@@ -28,13 +27,13 @@ remote (run this command on a cluster's login node from here, over SSH; docs/rem
                         kept open for later commands (python -m hpc.remote close DEST ends it)
   --remote_dir DIR      the project's checkout there, which this command keeps in sync with
                         your committed tree (never .venv, runs/, data/ or .env; `bash setup.sh`
-                        runs there on first use); default: ${DIR_VARIABLE}, else
+                        runs there on first use); default: ${HPC_REMOTE_DIR}, else
                         {DEFAULT_DIR}
   {SWITCH}  also sync your uncommitted changes (the ledger records HEAD-dirty);
                         without it a checkout with uncommitted changes is refused
   --out DIR             hpc.report only: where report.md and its pictures come back here
                         (default: RUN-report in the current folder)
-  extra ssh options: {SSH_OPTS_VARIABLE}, e.g. "-o ConnectTimeout=20 -J gateway"
+  extra ssh options: {HPC_REMOTE_SSH_OPTS}, e.g. "-o ConnectTimeout=20 -J gateway"
 """
 
 
@@ -72,7 +71,7 @@ def split(argv: list[str], extra_flags: tuple[str, ...] = ()) -> tuple[RemoteOpt
         else:
             refuse_near_miss(name, (*flags, SWITCH))
             rest.append(arg)
-    folder = taken["--remote_dir"] if "--remote_dir" in taken else os.environ.get(DIR_VARIABLE) or DEFAULT_DIR
+    folder = taken["--remote_dir"] if "--remote_dir" in taken else os.environ.get(HPC_REMOTE_DIR) or DEFAULT_DIR
     options = RemoteOptions(dest=checked_dest(taken.get("--remote", "")), remote_dir=checked_dir(folder),
                             uncommitted=uncommitted, extras={k: v for k, v in taken.items() if k in extra_flags})
     return options, rest

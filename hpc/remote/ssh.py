@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc.errors import UsageError
-from hpc.remote.options import SSH_OPTS_VARIABLE
+from hpc.job.exit_codes import EXIT_CONNECTION
+from hpc.job.workload_env import HPC_REMOTE_SSH_OPTS
 
 SOCKET_DIR = "~/.ssh/hpc-remote"
 PERSIST = "8h"
 CONNECT_TIMEOUT = 10
-EXIT_CONNECTION = 255  # as ssh's own: the connection, not the command, failed
 BATCH_LOGIN_LIMIT = 120  # seconds a login without a terminal may take (a slow ProxyJump chain)
 
 
@@ -101,11 +101,11 @@ class Connection:
 
 
 def user_ssh_options() -> tuple[str, ...]:
-    text = os.environ.get(SSH_OPTS_VARIABLE, "")
+    text = os.environ.get(HPC_REMOTE_SSH_OPTS, "")
     try:
         return tuple(shlex.split(text))
     except ValueError as error:
-        raise UsageError(f"bad {SSH_OPTS_VARIABLE} '{text}' ({error}; accepted: ssh options as a "
+        raise UsageError(f"bad {HPC_REMOTE_SSH_OPTS} '{text}' ({error}; accepted: ssh options as a "
                          "shell would split them, e.g. \"-o ConnectTimeout=20 -J gateway\")") from None
 
 

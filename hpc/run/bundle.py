@@ -43,7 +43,8 @@ from hpc.run import ledger, ownership
 from hpc.run.best import NoBest, best_checkpoint
 from hpc.run.checkpoints import CHECKPOINTS, latest_complete
 from hpc.run.ledger import Moved
-from hpc.run.rundir import RunDir, utc_now, write_json_atomic
+from hpc.run.rundir import RunDir, utc_now
+from hpc.run.safe_io import write_json_atomic
 
 FORMAT = "hpc-run-bundle/1"
 MANIFEST = "manifest.json"

@@ -32,6 +32,13 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Mapping
 
+from hpc.job.workload_env import (
+    HPC_COLLAPSE_SPREAD,
+    HPC_COLLAPSE_STEPS,
+    HPC_STALL_FACTOR,
+    HPC_STALL_MIN,
+    HPC_STALL_STARTUP,
+)
 from hpc.run.steps import Step, parse_time, span, usual_step_seconds
 from hpc.slurm.states import JobState
 
@@ -52,11 +59,11 @@ class HealthSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> HealthSettings:
-        return cls(stall_factor=setting(env, "HPC_STALL_FACTOR", cls.stall_factor, 1.0),
-                   min_stall_seconds=setting(env, "HPC_STALL_MIN", cls.min_stall_seconds, 0.0),
-                   startup_seconds=setting(env, "HPC_STALL_STARTUP", cls.startup_seconds, 0.0),
-                   collapse_steps=int(setting(env, "HPC_COLLAPSE_STEPS", cls.collapse_steps, 1.0, whole=True)),
-                   collapse_spread=setting(env, "HPC_COLLAPSE_SPREAD", cls.collapse_spread, 0.0))
+        return cls(stall_factor=setting(env, HPC_STALL_FACTOR, cls.stall_factor, 1.0),
+                   min_stall_seconds=setting(env, HPC_STALL_MIN, cls.min_stall_seconds, 0.0),
+                   startup_seconds=setting(env, HPC_STALL_STARTUP, cls.startup_seconds, 0.0),
+                   collapse_steps=int(setting(env, HPC_COLLAPSE_STEPS, cls.collapse_steps, 1.0, whole=True)),
+                   collapse_spread=setting(env, HPC_COLLAPSE_SPREAD, cls.collapse_spread, 0.0))
 
 
 def setting(env: Mapping[str, str], name: str, default: float, low: float, whole: bool = False) -> float:

@@ -21,7 +21,8 @@ from typing import Any
 from hpc.digits import is_count
 from hpc.errors import UsageError
 from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints, step_dir
-from hpc.run.rundir import RunDir, make_folders, utc_now
+from hpc.run.rundir import RunDir, utc_now
+from hpc.run.safe_io import make_folders
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,6 @@ LEASE_SECONDS = 90.0  # a lease not renewed for this long is expired
 RENEW_EVERY = 15.0  # the keeper's period: several renewals fit in a lease
 SKEW = 10.0  # seconds the clocks of a shared filesystem's hosts may disagree
 WATCH_EVERY = 2.0  # how often a job that finds the lease held looks again
-EXIT_RUN_HELD = 12  # begin: another job holds the run's lease; this job touched nothing and ends
 
 FIELDS: Fields = {
     "job_id": required(kinds.TEXT), "host": required(kinds.TEXT), "pid": required(kinds.WHOLE),

@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import cache
-from pathlib import Path
 from typing import Any, ClassVar, TypeVar, get_args, get_origin, get_type_hints
 
+from hpc.job.workload_env import REPO_DIR
 from hpc.run import fields as kinds
 from hpc.run.fields import Fields, Kind, parse_time, problem
-from hpc.run.rundir import RunDir, append_jsonl, parse_lines, read_bytes, utc_now
+from hpc.run.records import parse_lines
+from hpc.run.rundir import RunDir, utc_now
+from hpc.run.safe_io import append_jsonl, read_bytes
 
 
 class Outcome(StrEnum):
@@ -467,12 +469,9 @@ def moved_away(records: Iterable[Record]) -> Moved | None:
     return last if isinstance(last, Moved) else None
 
 
-REPO = Path(__file__).resolve().parents[2]
-
-
 def resume_command(launch: Submit | None) -> str:
     """The newest launch's command (its secrets already redacted in the ledger), run again."""
     argv = launch.argv if launch is not None else []
     words = " ".join(shlex.quote(word) for word in argv) if argv else "<the same arguments>"
     secret = " (give the secret --env values shown as *** again)" if "***" in words else ""
-    return f"cd {shlex.quote(str(REPO))} && .venv/bin/python -m hpc.launch {words}{secret}"
+    return f"cd {shlex.quote(str(REPO_DIR))} && .venv/bin/python -m hpc.launch {words}{secret}"

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc.run.rundir import RunDir, read_json, utc_now, write_json_atomic
+from hpc.run.records import read_json
+from hpc.run.rundir import RunDir, utc_now
+from hpc.run.safe_io import write_json_atomic
 
 OWNER_FILE = "hpc_owner.json"
 

@@ -32,12 +32,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hpc.errors import UsageError
+from hpc.job.exit_codes import EXIT_BAD_INPUT
 from hpc.run import fields as kinds
 from hpc.run import ledger
 from hpc.run.best import best_and_last, best_of
 from hpc.run.decline import Decisions
 from hpc.run.ledger import JobStart
-from hpc.run.rundir import OutsideRun, RunDir, read_json
+from hpc.run.records import read_json
+from hpc.run.rundir import RunDir
+from hpc.run.safe_io import OutsideRun
 
 # ART-E's published accuracy on its 100 validation questions (OpenPipe's ART-E write-up),
 # for reference only: they were measured on ART-E's questions with ART-E's judge.
@@ -343,11 +346,11 @@ def main(argv: list[str] | None = None) -> int:
         run = run_argument(args.run, args.runs_dir)
     except UsageError as error:
         print(f"hpc.report: {error}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     if not run.holds(run.ledger) and not run.holds(run.steps_file):
         print(f"hpc.report: error: {run.path} is not a run directory (no ledger.jsonl or steps.jsonl)",
               file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     try:
         report = write_report(run)
     except OSError as error:  # a link or a file where the report goes; a full disk, no permission
@@ -377,12 +380,9 @@ def run_argument(text: str, runs_dir: Path | None) -> RunDir:
 def resolve_runs_dir(flag: Path | None) -> Path:
     if flag is not None:
         return flag
-    from hpc.launcher.clusters import load_registry
-    from hpc.launcher.jobspec import REPO_DIR, env_layers, outer_env
-    from hpc.launcher.jobspec import resolve_runs_dir as launcher_runs_dir
+    from hpc.launcher.jobspec import runs_dir_here
 
-    cluster = load_registry().detect().cluster
-    return launcher_runs_dir(None, env_layers(cluster, []), outer_env(cluster)) or REPO_DIR / "runs"
+    return runs_dir_here()
 
 
 if __name__ == "__main__":

@@ -28,12 +28,13 @@ Layout of ``<runs_dir>/<job_name>/``::
     failed.json             written when the run is given up (crash guard): reason, log, the error line
     .lock                   flock target serialising launches and ledger appends
 
-Nothing here follows a link below the run's folder, reading or writing (OutsideRun: a ``report/``
-that links elsewhere is refused, not written through), and every record read is checked against its
-file's fields (hpc/run/fields.py): one that does not fit is skipped and named in ``RunDir.unreadable``,
-so a corrupt record costs that record, never a reader's view of the run or of other runs. The launcher
-and the job use a run's folder only when it is the user's alone (hpc/run/trust.py); folders are made
-0755 whatever the umask (``make_folders``).
+Nothing here follows a link below the run's folder, reading or writing (hpc/run/safe_io.py,
+OutsideRun: a ``report/`` that links elsewhere is refused, not written through), and every record
+read is checked against its file's fields (hpc/run/records.py, hpc/run/fields.py): one that does not
+fit is skipped and named in ``RunDir.unreadable``, so a corrupt record costs that record, never a
+reader's view of the run or of other runs. The launcher and the job use a run's folder only when it
+is the user's alone (hpc/run/trust.py); folders are made 0755 whatever the umask
+(``safe_io.make_folders``). This module is the layout; those two are how it is read and written.
 
 A sweep (hpc/launcher/sweeps.py) also has ``<runs_dir>/<sweep>/`` (``SweepDir``): ``sweep.json``
 (its runs and their values), ``scripts/`` and ``logs/`` of the pack jobs that run
@@ -44,31 +45,29 @@ several of its runs at once (hpc/launcher/packing.py), ``secrets.env`` for those
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
-import json
 import os
 import re
-import secrets
-import stat
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from hpc.run import fields as kinds
-from hpc.run.fields import Check, Fields, problem, shown
-
-# Exit code the trainer (or any entrypoint) uses to say "I stopped cleanly
-# because time is up; continue the run". 75 is EX_TEMPFAIL from sysexits.h.
-EXIT_STOPPED_FOR_TIME = 75
-# Exit code for "a configuration error this run cannot outgrow" (missing data, a
-# rejected key, a missing package: trainer/training/preflight.py, trainer.train's setup
-# errors): job control gives the run up at once instead of retrying. 78 is EX_CONFIG.
-EXIT_CONFIG_ERROR = 78
-# Exit code for "every failure may pass later" (the trainer's preflight: the network, a busy judge): job
-# control retries, up to --max_failures. 69 is EX_UNAVAILABLE.
-EXIT_UNAVAILABLE = 69
+from hpc.run.fields import Check, Fields
+from hpc.run.records import Skipped, Tell, read_json, read_jsonl, unreadable
+from hpc.run.safe_io import (
+    append_jsonl,
+    folder_inside,
+    make_dirs,
+    open_inside,
+    read_bytes,
+    relative_parts,
+    remove,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
 
 # A run's name: its folder under the runs directory (the launcher's --job_name). Never a '/', never
 # only dots: a name can only ever name one folder inside the runs directory.
@@ -227,7 +226,7 @@ class RunDir:
 
     def skip_file(self, path: Path, error: OSError) -> None:
         """Name a whole file of the run its reader could not read (a folder, a link, a FIFO)."""
-        self.teller(path)(None, _unreadable(error))
+        self.teller(path)(None, unreadable(error))
 
     def write_json(self, path: Path, data: dict[str, Any], mode: int = 0o644) -> None:
         write_json_atomic(path, data, mode, self.path)
@@ -377,277 +376,3 @@ class SweepDir(RunDir):
 
     def is_sweep(self) -> bool:
         return self.record_file.exists() and not self.ledger.exists()
-
-
-# -- reading and writing inside a run directory -------------------------------------------------
-#
-# A run's files are reached from its folder without following a link: a ``report`` that links to
-# another folder, a ``report.md``, ``ledger.jsonl`` or log that links to a file elsewhere, is
-# refused (OutsideRun), never read or written through. The run's own folder may be a link for
-# its readers; the launcher and the job refuse one (hpc/run/trust.py). Nothing below it is followed. Every reader and writer of the run
-# directory goes through these functions (RunDir's methods pass ``root``, the run's folder).
-
-MAX_READ_BYTES = 256 * 1024 * 1024  # a run's file larger than this is not read (a runaway or hostile one)
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-
-
-class OutsideRun(OSError):
-    """A path of a run directory that would leave it: a link below the run's folder, or ``..``."""
-
-
-def relative_parts(root: Path, path: Path) -> tuple[str, ...]:
-    """``path``'s names below ``root``; OutsideRun when it is not below it."""
-    try:
-        parts = Path(path).relative_to(root).parts
-    except ValueError:
-        parts = ()
-    if not parts or ".." in parts:
-        raise OutsideRun(errno.EINVAL, f"not inside {root}", str(path))
-    return parts
-
-
-def _refusal(folder: int, name: str, path: Path, error: OSError) -> OSError:
-    """What to raise when ``name`` in ``folder`` did not open: OutsideRun for a link, else ``error``
-    naming the whole path."""
-    with contextlib.suppress(OSError):
-        if stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
-            return OutsideRun(errno.ELOOP, "a link, not followed (a run's files stay inside its directory)", str(path))
-    return type(error)(error.errno, error.strerror, str(path))
-
-
-@contextlib.contextmanager
-def folder_inside(root: Path, parts: tuple[str, ...], create: bool = False) -> Iterator[int]:
-    """A descriptor of the folder ``root/parts...``, reached without following a link below
-    ``root`` (made on the way when ``create``)."""
-    if create:
-        make_folders(root)
-    fd = os.open(root, _DIR_FLAGS)
-    try:
-        for depth, name in enumerate(parts, 1):
-            if create:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, 0o755, dir_fd=fd)
-            try:
-                inner = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError as error:
-                raise _refusal(fd, name, root.joinpath(*parts[:depth]), error) from None
-            os.close(fd)
-            fd = inner
-        yield fd
-    finally:
-        os.close(fd)
-
-
-def make_folders(path: Path, mode: int = 0o755) -> None:
-    """``path`` and the folders above it that are missing, each made with ``mode`` (never writable
-    by group or others, whatever the umask: ``mkdir -p`` gives the folders above the umask's mode)."""
-    missing = []
-    while not os.path.lexists(path) and path != path.parent:
-        missing.append(path)
-        path = path.parent
-    for folder in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(folder, mode)
-
-
-def open_inside(root: Path, path: Path, flags: int, mode: int = 0o644) -> int:
-    """``path`` opened (``os.open``'s flags) with no link below ``root`` followed, the file's
-    own name included; O_CREAT makes the folders on the way."""
-    parts = relative_parts(root, path)
-    with folder_inside(root, parts[:-1], create=bool(flags & os.O_CREAT)) as folder:
-        try:
-            return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder)
-        except OSError as error:
-            raise _refusal(folder, parts[-1], path, error) from None
-
-
-def make_dirs(path: Path, root: Path) -> None:
-    """``path`` and the folders above it up to ``root``, never through a link."""
-    with folder_inside(root, relative_parts(root, path), create=True):
-        pass
-
-
-def remove(path: Path, root: Path) -> None:
-    """``path`` removed if it is there (a link: the link itself), never through a linked folder."""
-    parts = relative_parts(root, path)
-    with contextlib.suppress(FileNotFoundError), folder_inside(root, parts[:-1]) as folder:
-        os.unlink(parts[-1], dir_fd=folder)
-
-
-def read_bytes(path: Path, root: Path | None = None) -> bytes:
-    """A regular file's bytes (never a FIFO's or a device's, never more than MAX_READ_BYTES);
-    with ``root``, reached as ``open_inside`` does."""
-    fd, size = _open_regular(path, root, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as handle:
-        if size > MAX_READ_BYTES:
-            raise OSError(errno.EFBIG, f"larger than {MAX_READ_BYTES} bytes", str(path))
-        return handle.read(MAX_READ_BYTES)
-
-
-def read_tail(path: Path, size: int, root: Path | None = None) -> bytes:
-    """The last ``size`` bytes of a regular file (a log), read from its end alone; never a FIFO or a
-    device, and never through a link: the file's own name (or, with ``root``, anything below it)."""
-    fd, length = _open_regular(path, root, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as handle:
-        handle.seek(max(0, length - size))
-        return handle.read(size)
-
-
-def _open_regular(path: Path, root: Path | None, flags: int) -> tuple[int, int]:
-    """A descriptor of ``path`` and its size, when it is a regular file; else an OSError says what it is."""
-    fd = os.open(path, flags) if root is None else open_inside(root, path, flags)
-    info = os.fstat(fd)
-    if stat.S_ISREG(info.st_mode):
-        return fd, info.st_size
-    os.close(fd)
-    if stat.S_ISDIR(info.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "a folder, not a file", str(path))
-    raise OSError(errno.EINVAL, "not a regular file", str(path))
-
-
-def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644, root: Path | None = None) -> None:
-    """Write through a temporary file and rename, so readers never see half a file; with
-    ``root``, inside it as ``open_inside`` reaches it (the rename replaces a link, never follows it)."""
-    parts = relative_parts(root, path) if root is not None else (path.name,)
-    with folder_inside(root if root is not None else path.parent, parts[:-1], create=True) as folder:
-        temporary = f".{parts[-1]}.{secrets.token_hex(6)}"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-                     dir_fd=folder)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                os.fchmod(handle.fileno(), mode)
-            os.replace(temporary, parts[-1], src_dir_fd=folder, dst_dir_fd=folder)
-        except BaseException as error:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary, dir_fd=folder)
-            if isinstance(error, OSError) and error.filename == temporary:  # say the file, not its stand-in
-                raise type(error)(error.errno, error.strerror, str(path)) from None
-            raise
-
-
-# -- records: JSON objects, checked ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A record of a run directory (or a whole file) that could not be read, and why: skipped, and
-    named, so that one corrupt record costs that record and the run shows as unreadable."""
-
-    file: str  # as the run directory names it: "validation.jsonl", "evaluations/.../summary.json"
-    line: int | None  # from 1; None: the whole file
-    why: str
-
-    def __str__(self) -> str:
-        return f"{self.file}{f' line {self.line}' if self.line else ''}: {self.why}"
-
-
-Tell = Callable[[Optional[int], str], None]  # (line or None, why) of a skipped record
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-# One decoder for every record: json.loads with parse_constant makes a new one per call, which was a
-# fifth of reading a long steps.jsonl.
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-
-
-def parse_record(data: bytes, fields: Fields | Check | None = None) -> tuple[dict[str, Any] | None, str]:
-    """One JSON object from ``data`` with ``fields``' kinds, or (None, why not in one line)."""
-    try:
-        value = _DECODER.decode(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        return None, "not UTF-8 text"
-    except RecursionError:
-        return None, "JSON nested too deeply"
-    except json.JSONDecodeError as error:
-        return None, f"not JSON ({error.msg} at character {error.pos})"
-    except ValueError as error:  # NaN, Infinity; an integer of thousands of digits
-        return None, " ".join(str(error).split())[:200]
-    if not isinstance(value, dict):
-        return None, f"not a JSON object ({kind_of(value)})"
-    why = problem(value, fields) if fields else None
-    return (None, why) if why else (value, "")
-
-
-def kind_of(value: Any) -> str:
-    return "a list" if isinstance(value, list) else f"the value {shown(value)}"
-
-
-def _unreadable(error: OSError) -> str:
-    return error.strerror or str(error)
-
-
-def read_json(path: Path, root: Path | None = None, fields: Fields | None = None,
-              tell: Tell | None = None) -> dict[str, Any] | None:
-    """A JSON object from ``path`` (with ``fields``' kinds), or None: missing, or unreadable
-    (told to ``tell``)."""
-    try:
-        record, why = parse_record(read_bytes(path, root), fields)
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        record, why = None, _unreadable(error)
-    if record is None and tell is not None:
-        tell(None, why)
-    return record
-
-
-def read_jsonl(path: Path, root: Path | None = None, fields: Fields | Check | None = None,
-               tell: Tell | None = None) -> list[dict[str, Any]]:
-    """JSON objects, one per line (with ``fields``' kinds); a missing file has none. A torn last
-    line (an object a crash cut short) is dropped quietly; any other line that is no such object
-    is skipped and told to ``tell``."""
-    try:
-        data = read_bytes(path, root)
-    except FileNotFoundError:
-        return []
-    except OSError as error:
-        if tell is not None:
-            tell(None, _unreadable(error))
-        return []
-    return parse_lines(data, fields, tell)
-
-
-def parse_lines(data: bytes, fields: Fields | Check | None = None, tell: Tell | None = None) -> list[dict[str, Any]]:
-    """The JSON objects of a JSONL file's bytes, as ``read_jsonl`` takes them (a reader that must
-    tell an unreadable file from an empty one reads the bytes itself: hpc/run/ledger.py)."""
-    lines = data.split(b"\n")
-    records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        record, why = parse_record(line, fields)
-        torn = number == len(lines) and line.lstrip().startswith(b"{") and why.startswith("not JSON")
-        if record is not None:
-            records.append(record)
-        elif tell is not None and not torn:
-            tell(number, why)
-    return records
-
-
-def append_jsonl(path: Path, record: dict[str, Any], root: Path | None = None) -> None:
-    """One line, one write() with O_APPEND: concurrent appenders never interleave (a FIFO where the
-    file goes is refused at once, never waited on)."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
-    if root is None:
-        make_folders(path.parent)
-        fd = os.open(path, flags, 0o644)
-    else:
-        fd = open_inside(root, path, flags)
-    try:
-        os.write(fd, (json.dumps(record) + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-def write_jsonl_atomic(path: Path, records: list[dict[str, Any]], root: Path | None = None) -> None:
-    """Write a JSONL file through a temporary file and rename."""
-    write_bytes_atomic(path, "".join(json.dumps(r) + "\n" for r in records).encode(), root=root)
-
-
-def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o644, root: Path | None = None) -> None:
-    """Write through a temporary file and rename, so readers never see half a file."""
-    write_bytes_atomic(path, (json.dumps(data, indent=2) + "\n").encode(), mode, root)

@@ -31,7 +31,9 @@ from hpc.run import ledger
 from hpc.run.bundle import FORMAT, MANIFEST, MIB, MODEL, OWNER_FILE, PART_MAGIC, RUN, Progress
 from hpc.run.checkpoints import model_dir as art_model_dir
 from hpc.run.ledger import MovedIn
-from hpc.run.rundir import RunDir, is_run_name, read_json, utc_now, write_json_atomic
+from hpc.run.records import read_json
+from hpc.run.rundir import RunDir, is_run_name, utc_now
+from hpc.run.safe_io import write_json_atomic
 
 PART_FILE = re.compile(r"(?P<run>.+)\.(?P<bundle>[0-9a-f]{12})\.part(?P<number>\d{4,})")
 HEADER_LIMIT = 4096

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpc.run.rundir import RunDir, append_jsonl, read_jsonl, utc_now
+from hpc.run.records import read_jsonl
+from hpc.run.rundir import RunDir, utc_now
+from hpc.run.safe_io import append_jsonl
 
 
 def write_record(run: RunDir, event: str, **fields: Any) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from hpc.job.exit_codes import EXIT_STOPPED_FOR_TIME
 from hpc.run.rundir import RunDir
 
 
@@ -106,7 +107,7 @@ def main() -> int:
     if os.environ.get("PROBE_STOP_FIRST") == "1" and first:
         wait_for_stop_signal()
         print("ray_probe: told to stop: exiting 75 (stopped for time)", flush=True)
-        return 75  # hpc.run.rundir.EXIT_STOPPED_FOR_TIME: continue the run
+        return EXIT_STOPPED_FOR_TIME  # continue the run
     RunDir(run_dir).mark_done(final_step=1, total_steps=1)  # as a trainer that finished
     if os.environ.get("PROBE_SLEEP") == "forever":
         for sig in (signal.SIGUSR1, signal.SIGTERM):

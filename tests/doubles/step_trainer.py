@@ -88,11 +88,12 @@ from hpc.job.deadline import (
     startup_durations,
     step_durations,
 )
+from hpc.job.exit_codes import EXIT_STOPPED_FOR_TIME
 from hpc.job.on_decline import after_validation, settle
 from hpc.run.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, latest_complete, quarantine_incomplete, step_dir
 from hpc.run.decline import Decisions, DeclineSettings
 from hpc.run.ledger import DeclineAction
-from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir, utc_now
+from hpc.run.rundir import RunDir, utc_now
 
 STOP: list[str] = []  # the signal that asked us to stop, if any
 STEPS_LOG = "steps.log"
@@ -469,8 +470,9 @@ def preflight(opts: Options) -> int:
     """The trainer's preflight for config ``opts.preflight``: 0, or its exit code (78, 69)."""
     import logging
 
+    from hpc.job.exit_codes import EXIT_CONFIG_ERROR
     from trainer.training.config import ConfigError, load_config
-    from trainer.training.preflight import EXIT_CONFIG_ERROR, run_job, targets_from_env
+    from trainer.training.preflight import run_job, targets_from_env
 
     handler = logging.StreamHandler(sys.stdout)  # its "ok" lines to the .out log, as the trainer's
     handler.setFormatter(logging.Formatter("step_trainer: %(message)s"))

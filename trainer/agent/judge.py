@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from hpc.run.rundir import write_json_atomic
+from hpc.run.safe_io import write_json_atomic
 
 if TYPE_CHECKING:
     import art

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from datetime import date
 from typing import TYPE_CHECKING, Any, Callable
 
+from trainer.agent.email_db import MAX_SEARCH_RESULTS
 from trainer.agent.reward import Rubric
 
 if TYPE_CHECKING:
     from trainer.agent.email_db import EmailDB
     from trainer.agent.scenarios import Scenario
 
-MAX_SEARCH_RESULTS = 10
 I_DONT_KNOW = "I don't know"
 _DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}")
 

@@ -37,20 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from hpc.job.exit_codes import EXIT_BAD_INPUT
+from hpc.job.workload_env import HPC_RUN_DIR
 from hpc.run import fields as kinds
 from hpc.run.best import NoBest, best_checkpoint
 from hpc.run.checkpoints import is_complete, latest_complete, list_checkpoints
-from hpc.run.rundir import (
-    RUN_NAME_ACCEPTED,
-    OutsideRun,
-    RunDir,
-    is_run_name,
-    read_json,
-    read_jsonl,
-    utc_now,
-    write_json_atomic,
-    write_jsonl_atomic,
-)
+from hpc.run.records import read_json, read_jsonl
+from hpc.run.rundir import RUN_NAME_ACCEPTED, RunDir, is_run_name, utc_now
+from hpc.run.safe_io import OutsideRun, write_json_atomic, write_jsonl_atomic
 from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import Judge, missing_keys, use_bundled_price_table
 from trainer.agent.rollout import AgentConfig
@@ -58,7 +52,7 @@ from trainer.agent.scenarios import SPLITS, load_scenarios
 from trainer.evaluation.engine import QuestionResult, evaluate, inbox_domain, records, split_key, summarize
 from trainer.serving.policy import PolicyError, PolicySpec, base_model_for, open_policy, parse_policy, served_name
 from trainer.serving.vllm_server import ServerError, ServerSpec, VLLMServer, free_port
-from trainer.staging.data import REPO, cluster_setting, default_data_dir
+from trainer.staging.data import cluster_runs_dir, default_data_dir
 from trainer.staging.sources import SourceError
 from trainer.training.config import ConfigError, TrainerConfig, load_config
 
@@ -67,7 +61,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trainer.eval")
 EVAL_KEYS = ("models", "split", "limit", "concurrency", "run", "force")
-EXIT_BAD_INPUT = 2
 
 
 class EvalError(Exception):
@@ -347,10 +340,10 @@ def int_setting(settings: dict[str, str], key: str) -> int | None:
 
 def default_runs_dir() -> Path:
     """In a job, the runs directory its run lives in; else RUNS_DIR as the launcher finds it."""
-    if os.environ.get("HPC_RUN_DIR"):
-        return Path(os.environ["HPC_RUN_DIR"]).parent
+    if os.environ.get(HPC_RUN_DIR):
+        return Path(os.environ[HPC_RUN_DIR]).parent
 
-    return Path(cluster_setting("RUNS_DIR") or REPO / "runs")
+    return cluster_runs_dir()
 
 
 def data_dir() -> Path:

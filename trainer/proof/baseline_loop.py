@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from hpc.job.gpu_modes import GpuMode
 from trainer.proof.workspace import TRAIN_ARGS
 from trainer.training.config import TrainerConfig, load_config
 
@@ -71,7 +72,7 @@ def start(config: TrainerConfig, art_path: Path) -> tuple[Any, "art.TrainableMod
         name="baseline", project="baseline", run_name="baseline", base_model=config.base_model,
         _internal_config=art.dev.InternalModelConfig(
             init_args=art.dev.InitArgs(max_seq_length=config.max_seq_length),
-            engine_args=art.dev.EngineArgs(gpu_memory_utilization=VLLM_SHARE["shared"], **engine_args)))
+            engine_args=art.dev.EngineArgs(gpu_memory_utilization=VLLM_SHARE[GpuMode.SHARED], **engine_args)))
     return LocalBackend(path=str(art_path)), model
 
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence, cast
 
+from hpc.job.gpu_modes import AUTO, GpuMode
+from hpc.job.workload_env import HPC_PROOF_GPU_FRACTION, HPC_PROOF_TORCH_PEAKS
 from trainer.proof.gpus import MemorySampler
 from trainer.proof.memory import VllmMemory, vllm_memory
 from trainer.proof.processes import last_lines
@@ -91,8 +93,8 @@ class Emulation:
 
     def env(self, peaks: Path) -> dict[str, str]:
         """What the training side's processes get: the cap, the peaks' folder, sitecustomize first on the path."""
-        return {"PYTHONPATH": f"{EMULATION_PATH}{os.pathsep}{REPO}", "HPC_PROOF_GPU_FRACTION": f"{self.fraction:.4f}",
-                "HPC_PROOF_TORCH_PEAKS": str(peaks)}
+        return {"PYTHONPATH": f"{EMULATION_PATH}{os.pathsep}{REPO}", HPC_PROOF_GPU_FRACTION: f"{self.fraction:.4f}",
+                HPC_PROOF_TORCH_PEAKS: str(peaks)}
 
     def describe(self, share: float) -> str:
         return (f"emulating {self.card.cluster}'s {self.card.gib:.0f} GiB card on this {self.physical_gib:.1f} GiB one: "
@@ -103,7 +105,7 @@ class Emulation:
 
 def peaks_env(peaks: Path) -> dict[str, str]:
     """Without emulation: only the training processes' torch peaks, no cap."""
-    return {"PYTHONPATH": f"{EMULATION_PATH}{os.pathsep}{REPO}", "HPC_PROOF_TORCH_PEAKS": str(peaks)}
+    return {"PYTHONPATH": f"{EMULATION_PATH}{os.pathsep}{REPO}", HPC_PROOF_TORCH_PEAKS: str(peaks)}
 
 
 # -- the launcher's decision ---------------------------------------------------------------------------
@@ -134,7 +136,7 @@ def launcher_decision(card: Card, overrides: Sequence[str] = ()) -> Decision:
 
     cluster = load_registry().clusters[card.cluster]
     config = load_config(CONFIG, list(overrides))
-    mode = cluster.gpu_mode if config.gpu_mode == "auto" else config.gpu_mode
+    mode = cluster.gpu_mode if config.gpu_mode == AUTO else config.gpu_mode
     try:
         plan = plan_gpus(None, cluster, config)
     except UsageError as refused:
@@ -150,9 +152,9 @@ def physical_decision(gib: float, gpus: int, overrides: Sequence[str] = ()) -> D
     from hpc.launcher.trainer_config import load_config, vllm_share
 
     config = load_config(CONFIG, list(overrides))
-    fit = check_fit(config.base_model, Plan(gib, "shared", vllm_share(config, "shared"), config.max_seq_length), gpus,
+    fit = check_fit(config.base_model, Plan(gib, GpuMode.SHARED, vllm_share(config, GpuMode.SHARED), config.max_seq_length), gpus,
                     f"this {gib:.1f} GiB card")
-    return Decision(fit.ok, "shared", fit.line, fit.ways)
+    return Decision(fit.ok, GpuMode.SHARED, fit.line, fit.ways)
 
 
 # -- ART's vLLM, started as the trainer starts it -------------------------------------------------------

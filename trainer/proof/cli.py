@@ -60,6 +60,7 @@ import time
 from pathlib import Path
 
 from hpc.digits import is_count
+from hpc.job.exit_codes import EXIT_BAD_INPUT
 from trainer.proof import background
 from trainer.proof.cards import cluster_names
 from trainer.proof.full_size import stage_agent008_14b, stage_cards
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         problem = fresh_folder_problem(args.work)
         if problem:
             print(f"{PROG}: error: {problem}", file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT
     if args.background:
         return background.start(argv, args.work)
     code = prove(args)

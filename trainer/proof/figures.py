@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from hpc.job.exit_codes import EXIT_STOPPED_FOR_TIME
 from hpc.run.checkpoints import list_checkpoints
-from hpc.run.rundir import EXIT_STOPPED_FOR_TIME
 from trainer.proof.adapter_weights import same_weights
 from trainer.proof.processes import last_lines
 from trainer.proof.workspace import ProofFailed, RecordMark, Work

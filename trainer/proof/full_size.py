@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from hpc.job.exit_codes import EXIT_STOPPED_FOR_TIME
+from hpc.job.gpu_modes import GpuMode
 from hpc.run.checkpoints import list_checkpoints
 from trainer.proof.cards import (
     CONFIG,
@@ -293,7 +295,7 @@ def resumed_lines(run: Work, plan: FullPlan, env: dict[str, str], figures: Figur
 
     resumed = run_watched(run, plan, name, until, env)
     watch = watches[0]
-    if resumed.code != 75:
+    if resumed.code != EXIT_STOPPED_FOR_TIME:
         raise ProofFailed(f"the resumed job exited {resumed.code}, not 75 after SIGUSR1: {last_lines(resumed.log)}")
     check_served(watch, config.model_name, last)
     steps = [r["step"] for r in resumed.mark.steps()]
@@ -408,7 +410,7 @@ def training_half(decision: Decision, emulation: Emulation, measured: dict[str, 
     if peak is None:
         return "training half: not measured (run agent008-14b in the same proof first)"
     asleep = memory.get("vllm_asleep") or 0.0
-    room = emulation.card.gib - (0.0 if decision.gpu_mode == "dedicated" else asleep)
-    where = "a card of its own" if decision.gpu_mode == "dedicated" else f"the card beside vLLM asleep ({asleep:.1f} GiB)"
+    room = emulation.card.gib - (0.0 if decision.gpu_mode == GpuMode.DEDICATED else asleep)
+    where = "a card of its own" if decision.gpu_mode == GpuMode.DEDICATED else f"the card beside vLLM asleep ({asleep:.1f} GiB)"
     return (f"training half: the agent008-14b stage's measured training peak {peak:.1f} GiB on {where}: "
             f"{room:.1f} GiB left, {'fits' if peak <= room else 'does NOT fit'}")

@@ -9,8 +9,8 @@ import json
 import subprocess
 import time
 
+from hpc.job.exit_codes import EXIT_STOPPED_FOR_TIME
 from hpc.run.checkpoints import list_checkpoints
-from hpc.run.rundir import EXIT_STOPPED_FOR_TIME
 from trainer.proof.corpus import CORPUS
 from trainer.proof.figures import (
     ServedWatch,
@@ -158,7 +158,7 @@ def stage_eval(work: Work, args: argparse.Namespace) -> list[str]:
 def check_evaluation(work: Work, output: str, since: str) -> tuple[dict, list[dict]]:
     """This invocation's evaluation: written now (not an earlier one skipped as done), every
     question it asked answered with no failed rollout, and its accuracy what its records give."""
-    from hpc.run.rundir import read_jsonl
+    from hpc.run.records import read_jsonl
 
     if "already evaluated" in output:
         raise ProofFailed("trainer.eval skipped the model as already evaluated: an earlier proof's results")

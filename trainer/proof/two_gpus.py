@@ -36,6 +36,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpc.job.workload_env import HPC_SETUP_ERROR
 from trainer.proof.counting_forwarder import CountingForwarder
 from trainer.proof.figures import (
     check_stopped,
@@ -188,8 +189,8 @@ def stage_judge(work: Work, args: argparse.Namespace) -> list[str]:
     began = time.monotonic()
     try:
         workload = served.start()
-        if workload.get("HPC_SETUP_ERROR"):
-            raise ProofFailed(workload["HPC_SETUP_ERROR"])
+        if workload.get(HPC_SETUP_ERROR):
+            raise ProofFailed(workload[HPC_SETUP_ERROR])
         judge_seconds = time.monotonic() - began
         with CountingForwarder(served.api_base.removesuffix("/v1")) as forwarder:
             asking = dataclasses.replace(run, judge_url=forwarder.base_url, devices=workload["CUDA_VISIBLE_DEVICES"],

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from hpc.job.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from hpc.run.rundir import RunDir
 from hpc.run.serving import address_of
 from hpc.secret_names import has_credentials
@@ -35,8 +36,6 @@ from trainer.serving.policy import PolicyError, open_policy, parse_policy
 from trainer.serving.serve import Agent, answer_of, request_problem
 from trainer.staging.data import default_data_dir
 from trainer.training.config import ConfigError, load_config
-
-EXIT_BAD_INPUT, EXIT_FAILED = 2, 1
 
 
 class AskError(Exception):

@@ -56,7 +56,10 @@ from typing import Any, Callable, Iterator, Sequence
 
 from pydantic import BaseModel, Field
 
-from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, OutsideRun, RunDir, read_bytes, utc_now
+from hpc.job.exit_codes import EXIT_BAD_INPUT, EXIT_STOPPED_FOR_TIME
+from hpc.job.workload_env import HPC_RUN_DIR
+from hpc.run.rundir import RunDir, utc_now
+from hpc.run.safe_io import OutsideRun, read_bytes
 from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import use_bundled_price_table
 from trainer.agent.rollout import AgentConfig, request_messages, rollout
@@ -345,7 +348,7 @@ def parse_args(argv: list[str]) -> tuple[str, TrainerConfig, PolicySpec, ServeSe
     if not model:
         raise ServeError("no model to serve: give --model (run:NAME, base, url:..., openai/o3) or --model_base URL")
     spec = parse_policy(model, config.base_model)
-    run_dir = args.run_dir or (Path(os.environ["HPC_RUN_DIR"]) if os.environ.get("HPC_RUN_DIR")
+    run_dir = args.run_dir or (Path(os.environ[HPC_RUN_DIR]) if os.environ.get(HPC_RUN_DIR)
                                else default_runs_dir() / f"serve-{slug(spec.label)}")
     return args.config, config, spec, settings, RunDir(run_dir)
 
@@ -366,10 +369,10 @@ def main(argv: list[str] | None = None) -> int:
             run_service(agent, settings, listener, lambda: announce(run, settings, info["model"]))
     except (ServeError, PolicyError, EvalError) as error:  # EvalError: a run's checkpoint it cannot name
         print(f"trainer.serve: error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except OutsideRun as error:  # serve/ or one of its files is a link: the run's files stay inside it
         print(f"trainer.serve: error: {error.filename}: {error.strerror}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     print("trainer.serve: stopped", flush=True)
     return EXIT_STOPPED_FOR_TIME  # stopped on request: a cancel ends the run, a time limit continues it
 

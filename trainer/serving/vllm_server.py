@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Mapping
 
 from hpc.job.vllm_runtime import choose, with_runner_defaults
-from hpc.run.rundir import open_inside
+from hpc.run.safe_io import open_inside
 from trainer.polling import poll_until
 
 DEFAULT_TOOL_PARSER = "hermes"  # Qwen2.5's <tool_call> format

@@ -35,6 +35,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpc.job.exit_codes import EXIT_BAD_INPUT
+from hpc.job.workload_env import REPO_DIR
 from trainer.agent.email_db import DB_FILENAME, MAX_BODY_CHARS, MAX_RECIPIENTS, EmailDB
 from trainer.agent.email_db_build import BuildReport, build_database, temporary_file
 from trainer.agent.scenarios import SCENARIOS_DIRNAME, SPLITS, Scenario, read_scenario_file, scenario_file
@@ -42,7 +44,6 @@ from trainer.staging.model_cache import Repo, hub_cache, required_repos, stage
 from trainer.staging.sources import SOURCE_FORMS, SourceError, email_rows, question_rows, resolve_source
 from trainer.training.config import ConfigError, load_config
 
-REPO = Path(__file__).resolve().parents[2]
 DEFAULT_EMAILS = "corbt/enron-emails"
 DEFAULT_QUESTIONS = "corbt/enron_emails_sample_questions"
 
@@ -67,7 +68,7 @@ def default_data_dir() -> Path:
     it from the launcher), else DATA_DIR from the cluster's dotenv files (so
     staging on a login node writes where the jobs will look), else ``<repo>/data``."""
     value = cluster_setting("DATA_DIR", "--data_dir")
-    return Path(value) if value else REPO / "data"
+    return Path(value) if value else REPO_DIR / "data"
 
 
 def cluster_setting(name: str, flag: str | None = None) -> str | None:
@@ -87,6 +88,21 @@ def cluster_setting(name: str, flag: str | None = None) -> str | None:
     except UsageError as error:  # e.g. ${SCRATCH} not set in this shell
         raise SourceError(f"cannot work out {name} from the dotenv files: {error}; "
                           f"set {name}" + (f" or pass {flag}" if flag else "")) from None
+
+
+def cluster_runs_dir() -> Path:
+    """``$RUNS_DIR`` from the shell, else the runs directory hpc.launch uses on this cluster (its own
+    lookup: hpc.launcher.jobspec.runs_dir_here), for the trainer's tools run outside a job."""
+    value = os.environ.get("RUNS_DIR")
+    if value:
+        return Path(value)
+    from hpc.errors import UsageError
+    from hpc.launcher.jobspec import runs_dir_here
+
+    try:
+        return runs_dir_here()
+    except UsageError as error:
+        raise SourceError(f"cannot work out RUNS_DIR from the dotenv files: {error}; set RUNS_DIR") from None
 
 
 # ---------------------------------------------------------------------------
@@ -310,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = commands[args.command](args)
     except (SourceError, ConfigError, ModelMakerError, SyntheticInboxError) as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except OSError as error:  # a folder not writable, a disk full: one line, not a traceback
         print(f"error: {error.filename or ''}: {error.strerror or error}", file=sys.stderr)
         return 1

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpc.job.exit_codes import EXIT_BAD_INPUT
 from trainer.agent.email_db import EmailDB
 from trainer.agent.reward import Rubric
 from trainer.agent.rollout import AgentConfig
@@ -436,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                          copy_steps=args.copy_steps, precision=args.precision)
     except WarmupError as error:
         print(f"trainer.warmup: error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     lesson = f"{report.copy_steps} copy-lesson steps and " if report.copy_steps else ""
     print(f"warmup done: {report.conversations} conversations, {lesson}{report.steps} steps in {report.seconds} s "
           f"({report.train_seconds} s of optimizer steps, {report.precision}), loss "

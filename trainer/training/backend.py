@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from hpc.job.gpu_modes import AUTO, GpuMode
+from hpc.job.workload_env import HPC_VLLM_PORT
 from trainer.staging.model_cache import offline_cache_problem
 from trainer.training import startup_phases
 from trainer.training.config import TrainerConfig, one_line, vllm_engine_args
@@ -35,7 +37,7 @@ def build_model(config: TrainerConfig, run_name: str, report_metrics: list[str])
     ``config.model_name`` is only the alias vLLM serves the adapter under."""
     import art  # art only once the preflight passed and the environment is set (trainer.training.train)
 
-    gpu_mode = "shared" if config.gpu_mode == "auto" else config.gpu_mode  # auto outside a launched job
+    gpu_mode = GpuMode.SHARED if config.gpu_mode == AUTO else config.gpu_mode  # auto outside a launched job
     internal = art.dev.InternalModelConfig(
         init_args=art.dev.InitArgs(max_seq_length=config.max_seq_length, load_in_4bit=config.load_in_4bit),
         engine_args=art.dev.EngineArgs(**cast("art.dev.EngineArgs", vllm_engine_args(config, gpu_mode))),
@@ -57,7 +59,7 @@ def gpu_placement(gpu_mode: str, env: Mapping[str, str] = os.environ) -> art.dev
     default. ART writes these ids into CUDA_VISIBLE_DEVICES as they are (its trainer's and
     vLLM's), so they are the run's own device ids, not positions in its list: a pack's
     second run sees CUDA_VISIBLE_DEVICES=2,3, where [0] and [1] are the first run's GPUs."""
-    if gpu_mode != "dedicated":
+    if gpu_mode != GpuMode.DEDICATED:
         return {}
     devices = dedicated_devices(env.get("CUDA_VISIBLE_DEVICES", ""))
     return {"trainer_gpu_ids": [devices[0]], "inference_gpu_ids": [devices[1]]}
@@ -155,7 +157,7 @@ async def register(model: art.TrainableModel, backend: Any) -> None:
 def server_config(env: dict[str, str] | os._Environ) -> art.dev.OpenAIServerConfig | None:
     """The vLLM port a pack job gave this run (HPC_VLLM_PORT: each run of a pack has its own,
     hpc/job/pack.py); None lets ART pick a free one."""
-    port = env.get("HPC_VLLM_PORT", "")
+    port = env.get(HPC_VLLM_PORT, "")
     return {"server_args": {"port": int(port)}} if port.isdigit() else None
 
 

@@ -27,6 +27,7 @@ from hpc import yamlfile
 from hpc.digits import ascii_float, ascii_int
 from hpc.errors import one_line
 from hpc.job.deadline import DEFAULT_SETTINGS as DEFAULT_BOUNDARY
+from hpc.job.gpu_modes import AUTO, CONFIG_CHOICES, GpuMode
 from hpc.run.decline import ACTIONS as DECLINE_ACTIONS
 from hpc.run.decline import DeclineSettings
 from hpc.run.ledger import DeclineAction
@@ -39,10 +40,9 @@ IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence", "average", "geometric_average
 KL_REFERENCES = ("base", "initial", "best")  # trainer/training/training_step.py: which adapter ART compares against
 KL_SOURCES = ("current_learner", "sample")  # ART 0.5's kl_penalty_source
 LR_SCHEDULES = ("constant", "warmup", "linear", "cosine")  # trainer/training/schedule.py
-GPU_MODES = ("auto", "shared", "dedicated")
 # vLLM's share of its GPU when the config leaves gpu_memory_utilization null: beside the
 # 4-bit training model (ART's default share), or a GPU of its own.
-VLLM_SHARE = {"shared": 0.75, "dedicated": 0.9}
+VLLM_SHARE: dict[str, float] = {GpuMode.SHARED: 0.75, GpuMode.DEDICATED: 0.9}
 # `local` (ART's LocalBackend) or an import path `package.module:ClassName`.
 BACKEND_RE = re.compile(r"local|[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 NONE_WORDS = ("null", "none", "~")
@@ -160,7 +160,7 @@ class TrainerConfig:
     # default); dedicated: training on the run's first GPU, vLLM on its second (ART's
     # trainer_gpu_ids / inference_gpu_ids), no swap each step, two GPUs per run; auto: the
     # cluster's default (hpc/launcher/clusters.yaml gpu_mode), which the launcher passes on.
-    gpu_mode: str = "auto"
+    gpu_mode: str = AUTO
     # vLLM without CUDA graphs and without FlashInfer's kernel autotuning: it starts minutes
     # sooner and generates more slowly. For smoke checks and small models, not long runs.
     vllm_fast_start: bool = False
@@ -227,7 +227,7 @@ CHECKS: dict[str, Check] = {
     "decline_validations": _POSITIVE,
     "rollback_lr_scale": (lambda v: 0 < v < 1, "a fraction above 0, below 1"),
     "max_rollbacks": _NON_NEGATIVE,
-    "gpu_mode": (lambda v: v in GPU_MODES, " or ".join(GPU_MODES)),
+    "gpu_mode": (lambda v: v in CONFIG_CHOICES, " or ".join(CONFIG_CHOICES)),
     "max_rollout_exceptions": (lambda v: 0 <= v <= 1, "a fraction from 0 to 1"),
     "preflight_min_free_gb": (lambda v: v >= 0, "a number of GB >= 0"),
     "preflight_timeout": (lambda v: v > 0, "a number of seconds > 0"),

@@ -12,8 +12,10 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from hpc.job.vllm_runtime import art_runtime_env
+from hpc.job.workload_env import HPC_MODEL_DIR, HPC_NO_INTERNET, HPC_RUN_DIR, REPO_DIR
 from hpc.run.checkpoints import model_dir as art_model_dir
 from hpc.run.rundir import RunDir
 from trainer.staging.data import default_data_dir
@@ -23,7 +25,6 @@ from trainer.training.exits import SetupError
 
 log = logging.getLogger("trainer")
 
-REPO_DIR = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,19 @@ class Paths:
     judge_cache: Path
 
 
+def run_folders(config_name: str, env: Mapping[str, str]) -> tuple[Path, Path]:
+    """The run directory and ART's folder: the job's HPC_RUN_DIR and ART_PATH, else (a run by hand)
+    runs/<config> in the repository and art/ inside it. The trainer and its preflight both ask here."""
+    run_dir = Path(env.get(HPC_RUN_DIR) or REPO_DIR / "runs" / config_name).absolute()
+    return run_dir, Path(env.get("ART_PATH") or run_dir / "art").absolute()
+
+
 def resolve_paths(config_name: str, config: TrainerConfig, env: dict[str, str] | os._Environ) -> Paths:
-    run_dir = Path(env.get("HPC_RUN_DIR") or REPO_DIR / "runs" / config_name).absolute()
+    run_dir, art_path = run_folders(config_name, env)
     try:
         data_dir = default_data_dir().absolute()  # honours $DATA_DIR, else the dotenv files
     except SourceError as error:
         raise SetupError(str(error)) from None
-    art_path = Path(env.get("ART_PATH") or run_dir / "art").absolute()
     return Paths(
         run_dir=RunDir(run_dir),
         art_path=art_path,
@@ -73,7 +80,7 @@ def configure_environment(env: dict[str, str] | os._Environ, *, interactive: boo
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     env.update(art_runtime_env(env))  # vLLM's runner; the PyPI-built runtime, where ART's managed one is not
     env.setdefault("WANDB_DIR", str(run_dir))
-    if env.get("HPC_NO_INTERNET") == "1":
+    if env.get(HPC_NO_INTERNET) == "1":
         env.setdefault("WANDB_MODE", "offline")
         env["HF_HUB_OFFLINE"] = "1"
     if not interactive:
@@ -96,7 +103,7 @@ def metrics_reporters(env: dict[str, str] | os._Environ) -> list[str]:
 def check_job_model_dir(model_dir: Path, env: dict[str, str] | os._Environ) -> None:
     """The job's continuation hooks count steps in HPC_MODEL_DIR (the launcher's idea of
     where checkpoints go); if ours differs they would see no progress and end the run."""
-    job_dir = env.get("HPC_MODEL_DIR")
+    job_dir = env.get(HPC_MODEL_DIR)
     if job_dir and Path(job_dir).absolute() != model_dir.absolute():
         log.warning("checkpoints go to %s but the job watches HPC_MODEL_DIR=%s: its resume and progress "
                     "checks will not see them (ART_PATH, project or run name differ between the two)",

@@ -2,15 +2,10 @@
 
 ``trainer.training.train.main`` turns each error into its code: a ``SetupError`` is 78 (the run is
 given up: retrying will not help), ``StepFailed`` and ``BackendDidNotStart`` are 1 (the job's crash
-guard decides). 75 and 0 (stopped, finished) are hpc.run.rundir's.
+guard decides). The codes are hpc/job/exit_codes.py's.
 """
 
 from __future__ import annotations
-
-from hpc.run.rundir import EXIT_CONFIG_ERROR
-
-EXIT_SETUP_ERROR = EXIT_CONFIG_ERROR  # 78: bad config, missing data or backend: retrying will not help
-EXIT_STEP_FAILED = 1  # a step produced nothing to train on, or trained nothing: the crash guard decides
 
 
 class SetupError(RuntimeError):

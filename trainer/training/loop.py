@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc.job.deadline import BoundaryRule, StopReason, StopRecord, record_stop
+from hpc.job.exit_codes import EXIT_STOPPED_FOR_TIME
 from hpc.job.on_decline import after_validation, settle
 from hpc.run.best import best_and_last, best_of
 from hpc.run.checkpoints import quarantine_incomplete
 from hpc.run.decline import Decisions
 from hpc.run.ledger import DeclineAction
-from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, utc_now
+from hpc.run.rundir import utc_now
 from trainer.agent.email_db import EmailDB
 from trainer.agent.judge import Judge
 from trainer.agent.scenarios import Scenario, load_scenarios

@@ -58,10 +58,12 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
+from hpc.job.exit_codes import EXIT_CONFIG_ERROR, EXIT_UNAVAILABLE
+from hpc.job.workload_env import HPC_JUDGE_SERVED, HPC_MODEL_DIR, HPC_NO_INTERNET
 from hpc.run.checkpoints import model_dir as art_model_dir
-from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_UNAVAILABLE
 from trainer.staging.data import default_data_dir
 from trainer.training.config import ConfigError, TrainerConfig, load_config
+from trainer.training.environment import run_folders
 from trainer.training.preflight_checks import (
     Check,
     Context,
@@ -77,7 +79,6 @@ from trainer.training.preflight_services import check_judge, check_wandb
 
 log = logging.getLogger("trainer.preflight")
 
-REPO_DIR = Path(__file__).resolve().parents[2]
 WHERE = ("job", "login")
 
 
@@ -140,9 +141,8 @@ def run_job(config: TrainerConfig, targets: Targets, env: Mapping[str, str]) -> 
 
 def targets_from_env(config_name: str, config: TrainerConfig, env: Mapping[str, str]) -> Targets:
     """The places as trainer.train resolves them (HPC_RUN_DIR, ART_PATH, DATA_DIR, WANDB_DIR)."""
-    run_dir = Path(env.get("HPC_RUN_DIR") or REPO_DIR / "runs" / config_name).absolute()
-    art_path = Path(env.get("ART_PATH") or run_dir / "art").absolute()
-    model = env.get("HPC_MODEL_DIR") or art_model_dir(art_path, config.project, run_dir.name)
+    run_dir, art_path = run_folders(config_name, env)
+    model = env.get(HPC_MODEL_DIR) or art_model_dir(art_path, config.project, run_dir.name)
     data_dir = Path(env["DATA_DIR"]) if env.get("DATA_DIR") else default_data_dir()
     return Targets(run_dir=run_dir, model_dir=Path(model).absolute(), data_dir=data_dir.absolute(),
                    wandb_dir=Path(env.get("WANDB_DIR") or run_dir).absolute())
@@ -152,9 +152,9 @@ def job_only(env: Mapping[str, str]) -> list[str]:
     """What the login side cannot check for a job of this environment: its node's own view."""
     lines = ["the node's view of DATA_DIR, HF_HOME and the output folders (mounts, quotas), "
              "with a test write"]
-    if env.get("HPC_JUDGE_SERVED"):
-        lines.append(f"the judge served inside the job ({env['HPC_JUDGE_SERVED']}), once it is up")
-    if env.get("HPC_NO_INTERNET") == "1":
+    if env.get(HPC_JUDGE_SERVED):
+        lines.append(f"the judge served inside the job ({env[HPC_JUDGE_SERVED]}), once it is up")
+    if env.get(HPC_NO_INTERNET) == "1":
         lines.append("the node's offline mode (HF_HUB_OFFLINE=1; W&B offline unless WANDB_MODE says otherwise)")
         if not env.get("JUDGE_API_BASE"):
             lines.append("the judge through the job's SSH tunnel (TUNNEL_HOST); checked here from the login node")

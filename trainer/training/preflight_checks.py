@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Mapping
 
 from hpc.job.vllm_runtime import cache_dir, choose
-from hpc.secret_names import PUBLIC_SETTING, is_secret, public_names
+from hpc.job.workload_env import HPC_NO_INTERNET, HPC_PUBLIC_VARS
+from hpc.secret_names import is_secret, public_names
 from trainer.agent.email_db import EmailDB
 from trainer.agent.scenarios import load_scenarios
 from trainer.staging.data import data_paths
@@ -96,7 +97,7 @@ class Context:
     @property
     def no_internet(self) -> bool:
         """The job's node has no internet (the cluster's ``internet: false``)."""
-        return self.env.get("HPC_NO_INTERNET") == "1"
+        return self.env.get(HPC_NO_INTERNET) == "1"
 
     @property
     def hf_offline(self) -> bool:
@@ -114,7 +115,7 @@ class Context:
 def redact(text: str, env: Mapping[str, str]) -> str:
     """``text`` in one line, secrets of ``env`` as ***, at most MESSAGE_CHARS long."""
     text = " ".join(text.split())
-    public = public_names(env.get(PUBLIC_SETTING))
+    public = public_names(env.get(HPC_PUBLIC_VARS))
     for name, value in env.items():
         if is_secret(name, value, public) and value and len(value) >= 8:
             text = text.replace(value, "***")

@@ -10,6 +10,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Mapping
 
+from hpc.job.workload_env import HPC_JUDGE_SERVED
 from trainer.agent.judge import DEFAULT_JUDGE_MODEL, litellm_route, missing_keys
 from trainer.training import judge_ping
 from trainer.training.config import TrainerConfig
@@ -100,7 +101,7 @@ def check_judge(ctx: Context) -> Check:
     """Every judge answers one tiny request."""
     if not ctx.config.preflight_judge:
         return passed("judge", "not asked (preflight_judge=false)")
-    served = ctx.env.get("HPC_JUDGE_SERVED")
+    served = ctx.env.get(HPC_JUDGE_SERVED)
     if ctx.where == "login" and served:
         return passed("judge", f"not asked here: {served} is served inside the job (--judge_serve)")
     targets = judge_targets(ctx.config, ctx.env)

@@ -28,10 +28,10 @@ train elsewhere (and for the tests, which use ``tests.doubles.art_backend:FakeBa
 Before anything expensive (ART's import, the data, the backend) it runs the preflight checks
 (trainer/training/preflight.py): a failure is one line on stderr naming the check and the fix.
 
-Exit codes (``exits``): 0 finished, 75 stopped on request, 78 (``EXIT_CONFIG_ERROR``) a
-configuration error it cannot outgrow: bad config, missing data or backend, a permanent
-preflight failure (one line on stderr; job control gives the run up at once), 69 a transient
-preflight failure (retried), anything else a failure.
+Exit codes (hpc/job/exit_codes.py; the errors that choose them: ``exits``): 0 finished, 75
+stopped on request, 78 (``EXIT_CONFIG_ERROR``) a configuration error it cannot outgrow: bad
+config, missing data or backend, a permanent preflight failure (one line on stderr; job control
+gives the run up at once), 69 a transient preflight failure (retried), anything else a failure.
 
 Environment (set by the job, hpc/job/workload_env.py; when run by hand the defaults apply,
 ``environment``): ``HPC_RUN_DIR`` (default ``<repo>/runs/<config>``), ``ART_PATH`` (default
@@ -53,9 +53,10 @@ import os
 import sys
 from pathlib import Path
 
+from hpc.job.exit_codes import EXIT_CONFIG_ERROR, EXIT_FAILED
 from trainer.training.config import ConfigError, TrainerConfig, known_configs, load_config
 from trainer.training.environment import Paths, check_job_model_dir, configure_environment, resolve_paths
-from trainer.training.exits import EXIT_SETUP_ERROR, EXIT_STEP_FAILED, BackendDidNotStart, SetupError, StepFailed
+from trainer.training.exits import BackendDidNotStart, SetupError, StepFailed
 from trainer.training.loop import train
 from trainer.training.preflight import run_job
 from trainer.training.preflight_checks import Targets
@@ -72,7 +73,7 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (the job log's last line says it all)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_SETUP_ERROR, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(EXIT_CONFIG_ERROR, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = resolve_paths(args.config, config, os.environ)
     except (ConfigError, SetupError) as error:
         print(f"trainer.train: error: {error}", file=sys.stderr)
-        return EXIT_SETUP_ERROR
+        return EXIT_CONFIG_ERROR
     configure_environment(os.environ, interactive=sys.stderr.isatty(), run_dir=paths.run_dir.path)
     log.info("config %s: run %s/%s (served as %s) on %s, backend %s, reward %s; run dir %s; checkpoints %s",
              args.config, config.project, paths.run_name, config.model_name, config.base_model, config.backend, config.reward,
@@ -133,10 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(train(config, paths, stop))
     except SetupError as error:
         print(f"trainer.train: error: {error}", file=sys.stderr)
-        return EXIT_SETUP_ERROR
+        return EXIT_CONFIG_ERROR
     except (StepFailed, TrainedNothing, BackendDidNotStart) as error:
         print(f"trainer.train: error: {error}", file=sys.stderr)
-        return EXIT_STEP_FAILED
+        return EXIT_FAILED
     finally:
         stop.ignore_from_now_on()
 

@@ -14,9 +14,10 @@ import os
 import sys
 from pathlib import Path
 
+from hpc.job.workload_env import HPC_CALLER_DIR, HPC_PROG
 from hpc.run.monitor.display import Failure
 
-PROG = os.environ.get("HPC_PROG") or "python -m hpc.run.monitor"
+PROG = os.environ.get(HPC_PROG) or "python -m hpc.run.monitor"
 
 
 def launcher_runs_dir() -> Path:
@@ -24,14 +25,12 @@ def launcher_runs_dir() -> Path:
     RUNS_DIR from the merged dotenv of the detected cluster, else <repo>/runs."""
     try:
         from hpc.errors import UsageError
-        from hpc.launcher.clusters import load_registry
-        from hpc.launcher.jobspec import env_layers, outer_env, resolve_runs_dir
+        from hpc.launcher.jobspec import runs_dir_here
     except ImportError as err:
         raise Failure(f"cannot work out the launcher's runs directory ({err}; run setup.sh, "
                       "or pass --runs_dir DIR)") from None
     try:
-        cluster = load_registry().detect().cluster
-        return resolve_runs_dir(None, env_layers(cluster, []), outer_env(cluster))
+        return runs_dir_here()
     except UsageError as err:
         raise Failure(f"cannot work out the launcher's runs directory: {err} (pass --runs_dir DIR)") from None
 
@@ -56,7 +55,7 @@ def views(command: str, user: str, runs_dir: Path, only: str) -> int:
 
 def main(argv: list[str]) -> int:
     command, args = (argv[0], argv[1:]) if argv else ("", [])
-    caller = os.environ.pop("HPC_CALLER_DIR", "")
+    caller = os.environ.pop(HPC_CALLER_DIR, "")
     if caller:  # scripts/common.sh runs this from the repository: relative paths are the user's
         with contextlib.suppress(OSError):
             os.chdir(caller)

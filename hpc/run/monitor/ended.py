@@ -9,7 +9,7 @@ from typing import Optional
 
 from hpc.run.monitor.display import Failure, printable, table
 from hpc.run.monitor.logs import LogFinder
-from hpc.run.rundir import read_tail
+from hpc.run.safe_io import read_tail
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError, SlurmFailed
 from hpc.slurm.output import EndedJob

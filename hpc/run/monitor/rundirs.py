@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from hpc.run.rundir import RunDir, Skipped, SweepDir
+from hpc.run.records import Skipped
+from hpc.run.rundir import RunDir, SweepDir
 from hpc.run.unbundle import TEMPORARY
 
 FOLDER = "."  # a Skipped record's file when the run's folder itself cannot be read

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from hpc.job.workload_env import REPO_DIR
 from hpc.run import accounting, accounting_text, ledger
 from hpc.run.best import best_of, last_of
 from hpc.run.checkpoints import is_complete, list_checkpoints
@@ -23,17 +23,18 @@ from hpc.run.monitor.queue import SLURM_TIMEOUT
 from hpc.run.monitor.run_state import Parked, parked, result_text, run_state, state_of, sweep_word
 from hpc.run.monitor.rundirs import read_marker, unreadable_folder
 from hpc.run.ownership import model_dir_of
-from hpc.run.rundir import RunDir, Skipped
+from hpc.run.records import Skipped
+from hpc.run.rundir import RunDir
 from hpc.slurm import calls
 from hpc.slurm.calls import SlurmError
 from hpc.slurm.output import latest_states
 from hpc.slurm.states import QUEUED, JobState
 
-REPO = Path(__file__).resolve().parents[3]
-CODE_FILES = [REPO / "hpc" / "run" / name for name in (
-    "monitor/runs.py", "monitor/run_state.py", "monitor/runs_table.py", "monitor/status_cache.py", "accounting.py",
-    "accounting_records.py", "accounting_text.py", "health.py", "ledger.py", "fields.py", "rundir.py", "steps.py",
-    "best.py", "decline.py", "lease.py")] + [REPO / "hpc" / "launcher" / "clusters.yaml"]
+CODE_FILES = [REPO_DIR / "hpc" / "run" / name for name in (
+    "monitor/runs.py", "monitor/run_state.py", "monitor/runs_table.py", "monitor/status_cache.py",
+    "monitor/display.py", "monitor/rundirs.py", "accounting.py", "accounting_records.py", "accounting_text.py",
+    "health.py", "ledger.py", "fields.py", "rundir.py", "records.py", "safe_io.py", "steps.py", "best.py",
+    "decline.py", "lease.py", "checkpoints.py", "ownership.py")] + [REPO_DIR / "hpc" / "launcher" / "clusters.yaml"]
 
 
 def sacct_rows(job_ids: set[str]) -> tuple[list[accounting.SacctRow], str]:

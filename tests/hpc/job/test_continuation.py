@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpc.job import begin_hook, end_decision, end_hook, end_slurm, error_line
+from hpc.job.exit_codes import EXIT_NOTHING_TO_DO, EXIT_RUN_HELD
 from hpc.run import ledger as ledger_module
 from hpc.run.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, step_dir
 from hpc.run.ledger import Record
@@ -133,7 +134,7 @@ def test_begin_of_a_new_run_starts_at_step_0(run, model):
 @pytest.mark.parametrize("marker", ["done", "failed"])
 def test_begin_has_nothing_to_do_for_a_finished_or_failed_run(run, model, marker, capsys):
     run.mark_done(628, 628) if marker == "done" else run.mark_failed("broken", "/x.err")
-    assert begin_hook.begin(run, model, "9", 0) == begin_hook.EXIT_NOTHING_TO_DO
+    assert begin_hook.begin(run, model, "9", 0) == EXIT_NOTHING_TO_DO
     assert ledger_lines(run) == []
     out = capsys.readouterr().out
     assert ("finished at step 628" if marker == "done" else "marked failed (broken)") in out
@@ -142,7 +143,7 @@ def test_begin_has_nothing_to_do_for_a_finished_or_failed_run(run, model, marker
 def test_begin_has_nothing_to_do_for_a_run_that_moved_to_another_cluster_until_it_is_reclaimed(run, model, capsys):
     save(model, 5)
     write_record(run, "moved", to="jureca:/p/runs", step=5, bundle="ab" * 16)
-    assert begin_hook.begin(run, model, "9", 0) == begin_hook.EXIT_NOTHING_TO_DO
+    assert begin_hook.begin(run, model, "9", 0) == EXIT_NOTHING_TO_DO
     assert "moved to jureca:/p/runs at step 5" in capsys.readouterr().out
     assert [r["event"] for r in ledger_lines(run)] == ["moved"]
     write_record(run, "reclaimed", bundle="ab" * 16)
@@ -225,7 +226,7 @@ def test_a_successor_of_a_job_its_user_cancelled_stops_the_run(run, model, slurm
     write_record(run, "job_start", job_id="100", step=0, restart_count=0)
     write_record(run, "successor", job_id="501", after="100")
     slurm_calls.sacct = "CANCELLED by 0\n"
-    assert begin_hook.begin(run, model, "501", 0, SCRIPT) == begin_hook.EXIT_NOTHING_TO_DO
+    assert begin_hook.begin(run, model, "501", 0, SCRIPT) == EXIT_NOTHING_TO_DO
     assert events(run)[-2:] == ["job_end", "cancelled"] and not slurm_calls
 
 
@@ -237,7 +238,7 @@ def test_successors_of_jobs_killed_without_progress_give_up_at_max_failures(run,
     write_record(run, "job_start", job_id="501", step=0, restart_count=0)  # killed the same way
     write_record(run, "successor", job_id="502", after="501")
     limits = begin_hook.Limits(max_resubmits=20, max_failures=2)
-    assert begin_hook.begin(run, model, "502", 0, SCRIPT, limits) == begin_hook.EXIT_NOTHING_TO_DO
+    assert begin_hook.begin(run, model, "502", 0, SCRIPT, limits) == EXIT_NOTHING_TO_DO
     assert "2 failed job(s) in a row without progress" in run.read_failed()["reason"]
     assert not [c for c in slurm_calls if c[0] == "sbatch"]
 
@@ -247,7 +248,7 @@ def test_a_successor_exits_at_once_while_its_requeued_predecessor_is_back_in_the
     write_record(run, "successor", job_id="501", after="100")
     slurm_calls.queue = {"100": "PENDING"}
     before = ledger_lines(run)
-    assert begin_hook.begin(run, model, "501", 0, SCRIPT) == begin_hook.EXIT_NOTHING_TO_DO
+    assert begin_hook.begin(run, model, "501", 0, SCRIPT) == EXIT_NOTHING_TO_DO
     assert ledger_lines(run) == before and not slurm_calls
 
 
@@ -257,7 +258,7 @@ def test_a_job_requeued_after_its_successor_began_leaves_the_run_to_it(run, mode
     write_record(run, "job_start", job_id="501", step=3, restart_count=0)
     slurm_calls.queue = {"501": "RUNNING"}
     before = ledger_lines(run)
-    assert begin_hook.begin(run, model, "100", 1, SCRIPT) == begin_hook.EXIT_NOTHING_TO_DO
+    assert begin_hook.begin(run, model, "100", 1, SCRIPT) == EXIT_NOTHING_TO_DO
     assert ledger_lines(run) == before and not slurm_calls
 
 
@@ -275,7 +276,7 @@ def test_the_successor_of_a_finished_failed_or_cancelled_run_exits_at_once_writi
         write_record(run, "job_end", job_id="100", exit_code=75, step=2, outcome="stopped_for_time")
         write_record(run, "cancelled", job_id="100")
     before = ledger_lines(run)
-    assert begin_hook.begin(run, model, "501", 0, SCRIPT) == begin_hook.EXIT_NOTHING_TO_DO
+    assert begin_hook.begin(run, model, "501", 0, SCRIPT) == EXIT_NOTHING_TO_DO
     assert ledger_lines(run) == before and not slurm_calls
 
 
@@ -572,7 +573,7 @@ def test_a_job_that_finds_the_run_held_by_another_touches_nothing(run, model, sl
     assert begin_hook.begin(run, model, "100", 0) == 0  # holds the run; its keeper would renew it
     monkeypatch.setattr(begin_hook.lease, "take", lambda *a, **k: begin_hook.lease.Held(begin_hook.lease.read(run)))
     save(model, 3, whole=False)  # a half-written checkpoint the holder is saving
-    assert begin_hook.begin(run, model, "200", 0, SCRIPT) == begin_hook.EXIT_RUN_HELD
+    assert begin_hook.begin(run, model, "200", 0, SCRIPT) == EXIT_RUN_HELD
     assert events(run) == ["job_start", "lease_held"] and ledger_lines(run)[-1]["holder"] == "100"
     assert (step_dir(model, 3) / ADAPTER_WEIGHTS).exists() and not slurm_calls  # not moved aside, nothing queued
 

@@ -13,10 +13,11 @@ import pytest
 
 from hpc.job import on_decline
 from hpc.job.deadline import BoundaryRule, BoundarySettings
+from hpc.job.exit_codes import EXIT_STOPPED_FOR_TIME
 from hpc.run import ledger
 from hpc.run.checkpoints import ADAPTER_WEIGHTS, list_checkpoints, step_dir
 from hpc.run.ledger import Decline
-from hpc.run.rundir import EXIT_STOPPED_FOR_TIME, RunDir
+from hpc.run.rundir import RunDir
 from tests.doubles import step_trainer
 
 CURVE = (Path(__file__).resolve().parents[3] / "docs/results/learning_curve_runs/2026-11-27-2xH100-copy-lesson"

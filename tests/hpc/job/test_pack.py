@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from hpc.job import begin_hook, end_decision, end_hook, end_slurm, pack
+from hpc.job.exit_codes import EXIT_NOTHING_TO_DO
 from hpc.run.rundir import RunDir
 from hpc.slurm.answer import known
 from hpc.slurm.states import JobState
@@ -140,7 +141,7 @@ def test_a_successor_pack_exits_while_its_requeued_predecessor_is_back_in_the_qu
     a = member(tmp_path, "a")
     write_record(a.run, "successor", job_id="8", after="7")
     queue["7"] = "PENDING"
-    assert pack.begin([a], "8", Path("pack.sbatch")) == begin_hook.EXIT_NOTHING_TO_DO
+    assert pack.begin([a], "8", Path("pack.sbatch")) == EXIT_NOTHING_TO_DO
     assert slurm_calls == []
 
 

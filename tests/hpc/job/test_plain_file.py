@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpc.job.plain_file import main, make_plain
-from hpc.run.rundir import OutsideRun
+from hpc.run.safe_io import OutsideRun
 
 REPO = Path(__file__).resolve().parents[3]
 

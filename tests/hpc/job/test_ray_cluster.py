@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from hpc.job import ray_cluster as rc
+from hpc.job.workload_env import HPC_RAY_TEMP_DIR
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -73,7 +74,7 @@ def test_node_ip_is_an_ipv4_address_even_for_an_unknown_name():
 
 def _fake_ray(tmp: Path, title: str, new_session: bool, marked: bool) -> subprocess.Popen:
     """A process that looks like a Ray daemon: renamed (exec -a), maybe in its own session."""
-    env = {**os.environ, rc.MARKER_VAR: str(tmp)} if marked else dict(os.environ)
+    env = {**os.environ, HPC_RAY_TEMP_DIR: str(tmp)} if marked else dict(os.environ)
     return subprocess.Popen(["bash", "-c", f"exec -a {title} sleep 300"], env=env, start_new_session=new_session)
 
 
@@ -108,7 +109,7 @@ def test_stop_kills_the_nodes_session_and_marked_processes_only(tmp_path):
 def test_stop_kills_what_ignores_sigterm(tmp_path):
     tmp = tmp_path / "ray_78_n1"
     stubborn = subprocess.Popen(["bash", "-c", "trap '' TERM; exec -a gcs_server sleep 300"],
-                                env={**os.environ, rc.MARKER_VAR: str(tmp)}, start_new_session=True)
+                                env={**os.environ, HPC_RAY_TEMP_DIR: str(tmp)}, start_new_session=True)
     try:
         time.sleep(0.3)
         started = time.monotonic()

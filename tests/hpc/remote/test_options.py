@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from hpc.errors import UsageError
-from hpc.remote.options import DEFAULT_DIR, DIR_VARIABLE, split
+from hpc.job.workload_env import HPC_REMOTE_DIR
+from hpc.remote.options import DEFAULT_DIR, split
 
 
 def test_the_remote_flags_in_either_form_are_taken_off_and_the_rest_kept_in_order(monkeypatch):
-    monkeypatch.delenv(DIR_VARIABLE, raising=False)
+    monkeypatch.delenv(HPC_REMOTE_DIR, raising=False)
     options, rest = split(["agent_008", "--remote=vista", "--runs_dir", "/scratch/runs", "--remote_dir", "~/x",
                            "--remote_uncommitted", "--out", "here"], extra_flags=("--out",))
     assert (options.dest, options.remote_dir, options.uncommitted) == ("vista", "~/x", True)
@@ -20,7 +21,7 @@ def test_the_remote_flags_in_either_form_are_taken_off_and_the_rest_kept_in_orde
 
 
 def test_the_checkout_defaults_to_hpc_remote_dir(monkeypatch):
-    monkeypatch.setenv(DIR_VARIABLE, "/p/project/me/launcher")
+    monkeypatch.setenv(HPC_REMOTE_DIR, "/p/project/me/launcher")
     assert split(["--remote", "jureca"])[0].remote_dir == "/p/project/me/launcher"
     assert split(["--remote", "jureca", "--remote_dir", "mine"])[0].remote_dir == "mine"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc.remote.options import SSH_OPTS_VARIABLE
+from hpc.job.workload_env import HPC_REMOTE_SSH_OPTS
 from tests.hpc.remote.conftest import DEST, Laptop, ssh_opts
 from tests.hpc.sshd_helpers import Sshd, _free_port
 
@@ -82,5 +82,5 @@ def test_bad_ssh_options_are_one_line_exit_2(laptop: Laptop, opts: str):
     laptop.ssh_opts = opts
     result = laptop.python("-m", "hpc.accounting", "run", "--remote", "-oProxyCommand=x" if not opts else DEST)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    expected = f"bad {SSH_OPTS_VARIABLE}" if opts else "bad --remote '-oProxyCommand=x' (accepted: an ssh destination"
+    expected = f"bad {HPC_REMOTE_SSH_OPTS}" if opts else "bad --remote '-oProxyCommand=x' (accepted: an ssh destination"
     assert expected in result.stderr

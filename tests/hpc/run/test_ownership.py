@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpc.job import begin_hook
+from hpc.job.exit_codes import EXIT_NOT_OURS
 from hpc.run import checkpoints as ck
 from hpc.run import ownership
 from hpc.run.rundir import RunDir
@@ -149,7 +150,7 @@ def test_the_jobs_begin_hook_refuses_a_folder_another_run_owns_and_marks_the_run
     other, mine = RunDir(tmp_path / "a" / "exp"), RunDir(tmp_path / "b" / "exp")
     other.path.mkdir(parents=True)
     ownership.claim(other, model)
-    assert begin_hook.begin(mine, model, "123", 0) == begin_hook.EXIT_NOT_OURS
+    assert begin_hook.begin(mine, model, "123", 0) == EXIT_NOT_OURS
     assert "belongs to run exp" in mine.read_failed()["reason"]
     assert not any(r["event"] == "job_start" for r in ledger_lines(mine))
     assert begin_hook.begin(other, model, "124", 0) == 0

@@ -13,7 +13,8 @@ import pytest
 
 from hpc.run import ledger
 from hpc.run.ledger import Submit
-from hpc.run.rundir import OutsideRun, RunDir
+from hpc.run.rundir import RunDir
+from hpc.run.safe_io import OutsideRun
 
 CANARY = '{"step": 7, "accuracy": 0.5, "event": "submit", "ended": "2026-01-01T00:00:00+00:00"}\n'
 

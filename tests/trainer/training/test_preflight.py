@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc.run.rundir import EXIT_CONFIG_ERROR
+from hpc.job.exit_codes import EXIT_CONFIG_ERROR, EXIT_UNAVAILABLE
 from tests.doubles.openai_server import OpenAIServer, failure, text
 from tests.trainer.staging.test_model_cache import BASE, QUANTIZED, cache_repo
 from trainer.training import preflight as pf
@@ -387,7 +387,7 @@ def test_failures_are_one_line_each_the_first_permanent_last_and_exit_78(tmp_pat
 def test_only_transient_failures_exit_69(tmp_path, art_e_data_dir, capsys):
     env = {"JUDGE_MODEL": JUDGE, "JUDGE_API_BASE": f"http://127.0.0.1:{closed_port()}/v1"}
     config = load_config("smoke", [*DOUBLE, "preflight_min_free_gb=0"])
-    assert pf.run_job(config, job_targets(tmp_path, art_e_data_dir), env) == pf.EXIT_UNAVAILABLE == 69
+    assert pf.run_job(config, job_targets(tmp_path, art_e_data_dir), env) == EXIT_UNAVAILABLE == 69
     assert len(capsys.readouterr().err.splitlines()) == 1
 
 

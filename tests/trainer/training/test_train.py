@@ -28,8 +28,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hpc.job.exit_codes import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME
 from hpc.run.checkpoints import ADAPTER_CONFIG, INCOMPLETE, is_complete, list_checkpoints, step_dir
-from hpc.run.rundir import EXIT_CONFIG_ERROR, EXIT_STOPPED_FOR_TIME, RunDir
+from hpc.run.rundir import RunDir
 from tests.doubles.art_backend import TRAINING_MARKER, read_calls, read_train_log, save_adapter
 from tests.doubles.openai_server import OpenAIServer, Reply, failure, text, tool_call
 from trainer.training import environment, loop

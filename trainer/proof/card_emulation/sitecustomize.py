@@ -18,8 +18,10 @@ import importlib.util
 import os
 import sys
 
-FRACTION = os.environ.get("HPC_PROOF_GPU_FRACTION", "")
-PEAKS = os.environ.get("HPC_PROOF_TORCH_PEAKS", "")
+from hpc.job.workload_env import HPC_PROOF_GPU_FRACTION, HPC_PROOF_TORCH_PEAKS
+
+FRACTION = os.environ.get(HPC_PROOF_GPU_FRACTION, "")
+PEAKS = os.environ.get(HPC_PROOF_TORCH_PEAKS, "")
 
 
 def _on_cuda_init(cuda):
