@@ -4,32 +4,31 @@ Each kind of event is one frozen dataclass with its fields (docs/design.md, "Led
 ``Submit``, ``Chain``, ``JobStart``, ``JobEnd``, ``Requeue``, ``Successor``, ``Resubmit``,
 ``Cancelled``, ``Done``, ``Failed``, ``Moved``, ``MovedIn``, ``Reclaimed``, ``Decline``, ``LeaseHeld``,
 ``SlurmUnknown``. ``append`` writes one as the JSON line runs on clusters already have (``event`` and
-``time`` first; a field listed in a kind's ``OMITTED`` only when
-set); ``read`` gives them back typed, oldest first. Lines are read as every record of a run
-directory is (hpc/run/rundir.py, hpc/run/fields.py), with the fields of their event's class: a
-line that is not an object, has a field of the wrong kind, or is a job record without its job
-id is skipped and named in ``RunDir.unreadable``; a torn last line (a crash mid-write) is
-dropped, and a line of an event this code does not know (a newer release's) is left out
-quietly. So the ledger survives requeues, lost nodes and older and newer versions of this code,
-and a corrupt line costs that line only. What the records say together (the jobs a run has had,
-its continuations, its newest launch) is here too, once. Stdlib only.
+``time`` first; a field listed in a kind's ``OMITTED`` only when set); ``read`` gives them back
+typed, oldest first. Lines are read as every record of a run directory is (hpc/run/records.py,
+hpc/run/fields.py), with the fields of their event's class (hpc/run/ledger_fields.py): a line that
+is not an object, has a field of the wrong kind, or is a job record without its job id is skipped
+and named in ``RunDir.unreadable``; a torn last line (a crash mid-write) is dropped, and a line of an
+event this code does not know (a newer release's) is left out quietly. So the ledger survives
+requeues, lost nodes and older and newer versions of this code, and a corrupt line costs that line
+only. What the records say together (the jobs a run has had, its continuations, its newest launch)
+is here too, once. Stdlib only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import shlex
-import types
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import cache
-from typing import Any, ClassVar, TypeVar, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, TypeVar
 
 from hpc.job.workload_env import REPO_DIR
-from hpc.run import fields as kinds
-from hpc.run.fields import Fields, Kind, parse_time, problem
+from hpc.run.fields import Fields, parse_time, problem
+from hpc.run.ledger_fields import EVENT, enum_fields, fields_of
 from hpc.run.records import parse_lines
 from hpc.run.rundir import RunDir, utc_now
 from hpc.run.safe_io import append_jsonl, read_bytes
@@ -290,56 +289,6 @@ def to_json(record: Record) -> dict[str, Any]:
     fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.name != "time"}
     kept = {name: value for name, value in fields.items() if value is not None or name not in record.OMITTED}
     return {"event": record.EVENT, **({"time": record.time} if record.time else {}), **kept}
-
-
-# A ledger line's fields as hpc/run/fields.py checks them: by their class's types, with these kinds.
-JOB_ID = Kind(lambda value: kinds.JOB.accepts(value) and value != "", "a job id")
-TEXTS = Kind(lambda value: isinstance(value, list) and all(isinstance(v, str) for v in value), "a list of text")
-BY_NAME = {"time": kinds.MOMENT, "job_id": JOB_ID}
-BY_TYPE = {str: kinds.TEXT, int: kinds.WHOLE, float: kinds.NUMBER}
-EVENT: Fields = {"event": kinds.required(kinds.TEXT)}
-
-
-def fields_of(kind: type[Record]) -> Fields:
-    """A record class's fields: a ``X | None`` one may be null, one without a default (the job id)
-    is required."""
-    hints, found = get_type_hints(kind), {}
-    for f in dataclasses.fields(kind):
-        options = options_of(hints[f.name])
-        base = next(option for option in options if option is not type(None))
-        checked = BY_NAME.get(f.name) or (TEXTS if get_origin(base) is list else enum_kind(base) if is_enum(base)
-                                          else BY_TYPE[base])
-        needed = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        found[f.name] = (checked.or_null() if type(None) in options else checked, needed)
-    return found
-
-
-def is_enum(kind: Any) -> bool:
-    return isinstance(kind, type) and issubclass(kind, StrEnum)
-
-
-def enum_kind(kind: type[StrEnum]) -> Kind:
-    """A field typed by one of the enums above: one of its values; a value this code does not know (a
-    newer release's) makes the line unreadable, named, rather than read as some other state."""
-    values = tuple(member.value for member in kind)
-    return Kind(lambda value: value in values, "one of " + ", ".join(values))
-
-
-ENUM_FIELDS: dict[type, dict[str, type[StrEnum]]] = {}  # per record class, worked out on its first record
-
-
-def enum_fields(kind: type[Record]) -> dict[str, type[StrEnum]]:
-    """A record class's fields typed by an enum (``Record.__post_init__`` makes their values members)."""
-    if kind not in ENUM_FIELDS:
-        hints = get_type_hints(kind)
-        ENUM_FIELDS[kind] = {f.name: option for f in dataclasses.fields(kind) for option in options_of(hints[f.name])
-                             if is_enum(option)}
-    return ENUM_FIELDS[kind]
-
-
-def options_of(hint: Any) -> tuple[Any, ...]:
-    """The types a field's hint allows: ``X | None`` allows X and None."""
-    return get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
 
 
 @cache

@@ -33,8 +33,8 @@ from hpc.slurm.states import QUEUED, JobState
 CODE_FILES = [REPO_DIR / "hpc" / "run" / name for name in (
     "monitor/runs.py", "monitor/run_state.py", "monitor/runs_table.py", "monitor/status_cache.py",
     "monitor/display.py", "monitor/rundirs.py", "accounting.py", "accounting_records.py", "accounting_text.py",
-    "health.py", "ledger.py", "fields.py", "rundir.py", "records.py", "safe_io.py", "steps.py", "best.py",
-    "decline.py", "lease.py", "checkpoints.py", "ownership.py")] + [REPO_DIR / "hpc" / "launcher" / "clusters.yaml"]
+    "health.py", "ledger.py", "ledger_fields.py", "fields.py", "rundir.py", "records.py", "safe_io.py", "steps.py",
+    "best.py", "decline.py", "lease.py", "checkpoints.py", "ownership.py")] + [REPO_DIR / "hpc" / "launcher" / "clusters.yaml"]
 
 
 def sacct_rows(job_ids: set[str]) -> tuple[list[accounting.SacctRow], str]:
