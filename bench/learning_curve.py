@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Callable
 from bench.learning_curve_results import plot, redraw, results, verdicts, write_json
 from hpc.digits import ascii_float
 from hpc.job.exit_codes import EXIT_BAD_INPUT
-from hpc.job.workload_env import HPC_JOB_END_TIME, HPC_SIGNAL_GRACE, HPC_VLLM_PORT
+from hpc.job.workload_env import HPC_JOB_END_TIME, HPC_SIGNAL_GRACE, HPC_VLLM_PORT, REPO_DIR
 from hpc.run.records import read_jsonl
 from hpc.run.rundir import RunDir
 from trainer.proof.background import start_detached
@@ -74,7 +74,7 @@ from trainer.proof.figures import trained_steps
 from trainer.proof.gpus import gpu_list, node_gpus
 from trainer.proof.processes import Process, command, last_lines, run_when_ready
 from trainer.proof.string_match_judge import string_match_verdict
-from trainer.proof.workspace import PYTHON, REPO, ProofFailed, Work, say
+from trainer.proof.workspace import PYTHON, ProofFailed, Work, say
 from trainer.staging.synthetic_inbox import warmup_questions
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ RECIPES = {"assistant": {"targets": "assistant", "learning_rate": 5e-4, "copy_st
 WARMUP_STEPS = 6000  # --warmup_steps: 96,000 draws from 5,400 conversations (2,700 questions, both ways)
 FIRST_TURN_QUESTIONS = 200  # questions the first-turns stages sample, of each split (trainer.staging.first_turns)
 MIN_GOOD_SEARCHES = 0.02  # below this share of good first searches RL has nothing to reinforce: no run starts
-RESULTS = REPO / "docs" / "results"
+RESULTS = REPO_DIR / "docs" / "results"
 # Planning figures in seconds, each measured unless marked an ESTIMATE; `status` and `collect` print each
 # beside what this bench measured (timing_lines). Two H200s, 2026-11-28 (`start --gpus 0,1 --minutes 21`;
 # docs/results/learning_curve_runs/2026-11-28-2xH200): data 7.1 s; the model stage 253 s, of which each
@@ -297,7 +297,7 @@ def plan_lines(gpus: list[str], minutes: float, warmup_steps: int = WARMUP_STEPS
         f"            expected before the deadline: ~{plan.steps} steps, validations at {plan.validations}",
         f"            {CURVE_STEPS} steps need a step every {plan.step_needed():.1f} s or less (the "
         f"{CURVE_STEPS // plan.eval_steps + 1} validations aside); planned {plan.step:g} s",
-        f"  collect   {RESULTS.relative_to(REPO)}/learning_curve.json and .png: ~{ESTIMATE['collect']} s",
+        f"  collect   {RESULTS.relative_to(REPO_DIR)}/learning_curve.json and .png: ~{ESTIMATE['collect']} s",
         f"expected total ~{(plan.before + plan.seconds_for(plan.steps) + ESTIMATE['collect']) / 60:.1f} "
         f"min of {minutes:g}",
     ]
@@ -751,7 +751,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "two, or its one")
     parser.add_argument("--minutes", type=minutes, default=20.0, help="the whole bench's time (default 20)")
     parser.add_argument("--out", type=out_folder, default=None,
-                        help=f"also write the JSON and picture here (run/collect; default {RESULTS.relative_to(REPO)} "
+                        help=f"also write the JSON and picture here (run/collect; default {RESULTS.relative_to(REPO_DIR)} "
                              "for run, none for collect)")
     parser.add_argument("--png", type=Path, default=None, help="plot: the picture to write (default: beside the JSON)")
     parser.add_argument("--warmup_steps", type=positive, default=WARMUP_STEPS,
@@ -853,7 +853,7 @@ def start(args: argparse.Namespace, argv: list[str]) -> int:
     """``run`` under setsid, its output in WORK/bench.log; returns at once."""
     log = args.work / "bench.log"
     rest = [arg for arg in argv if arg != "start"]
-    pid = start_detached([PYTHON, "-m", "bench.learning_curve", "run", *rest], log, REPO, append=False)
+    pid = start_detached([PYTHON, "-m", "bench.learning_curve", "run", *rest], log, REPO_DIR, append=False)
     say(f"started (pid {pid}), log {log}; poll: {PYTHON} -m bench.learning_curve status --work {args.work}")
     return 0
 

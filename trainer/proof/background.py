@@ -19,8 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hpc.job.workload_env import REPO_DIR
 from trainer.polling import poll_until
-from trainer.proof.workspace import REPO
 
 LOG, PID, EXIT, OFFSET = "proof.log", "proof.pid", "proof.exit", "proof.follow"
 STILL_RUNNING = 0
@@ -42,7 +42,7 @@ def start(argv: list[str], work: Path) -> int:
     prints how to follow it."""
     child = [sys.executable, "-m", "trainer.proof", *[arg for arg in argv if arg != "--background"],
              "--started_in_background"]
-    pid = start_detached(child, work / LOG, REPO)
+    pid = start_detached(child, work / LOG, REPO_DIR)
     (work / PID).write_text(f"{pid}\n")
     print(f"GPU proof started in the background: pid {pid}, log {work / LOG}", flush=True)
     print(f"follow it with: {sys.executable} -m trainer.proof --work {work} --follow 540", flush=True)

@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, cast
 
 from hpc.job.gpu_modes import AUTO, GpuMode
-from hpc.job.workload_env import HPC_PROOF_GPU_FRACTION, HPC_PROOF_TORCH_PEAKS
+from hpc.job.workload_env import HPC_PROOF_GPU_FRACTION, HPC_PROOF_TORCH_PEAKS, REPO_DIR
 from trainer.proof.gpus import MemorySampler
 from trainer.proof.memory import VllmMemory, vllm_memory
 from trainer.proof.processes import last_lines
-from trainer.proof.workspace import REPO, ProofFailed, Work
+from trainer.proof.workspace import ProofFailed, Work
 from trainer.serving.vllm_server import ServerError, ServerExited, ServerSpec, VLLMServer, free_port
 
 EMULATION_PATH = Path(__file__).resolve().parent / "card_emulation"
@@ -93,7 +93,7 @@ class Emulation:
 
     def env(self, peaks: Path) -> dict[str, str]:
         """What the training side's processes get: the cap, the peaks' folder, sitecustomize first on the path."""
-        return {"PYTHONPATH": f"{EMULATION_PATH}{os.pathsep}{REPO}", HPC_PROOF_GPU_FRACTION: f"{self.fraction:.4f}",
+        return {"PYTHONPATH": f"{EMULATION_PATH}{os.pathsep}{REPO_DIR}", HPC_PROOF_GPU_FRACTION: f"{self.fraction:.4f}",
                 HPC_PROOF_TORCH_PEAKS: str(peaks)}
 
     def describe(self, share: float) -> str:
@@ -105,7 +105,7 @@ class Emulation:
 
 def peaks_env(peaks: Path) -> dict[str, str]:
     """Without emulation: only the training processes' torch peaks, no cap."""
-    return {"PYTHONPATH": f"{EMULATION_PATH}{os.pathsep}{REPO}", HPC_PROOF_TORCH_PEAKS: str(peaks)}
+    return {"PYTHONPATH": f"{EMULATION_PATH}{os.pathsep}{REPO_DIR}", HPC_PROOF_TORCH_PEAKS: str(peaks)}
 
 
 # -- the launcher's decision ---------------------------------------------------------------------------

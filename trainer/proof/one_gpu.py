@@ -10,6 +10,7 @@ import subprocess
 import time
 
 from hpc.job.exit_codes import EXIT_STOPPED_FOR_TIME
+from hpc.job.workload_env import REPO_DIR
 from hpc.run.checkpoints import list_checkpoints
 from trainer.proof.corpus import CORPUS
 from trainer.proof.figures import (
@@ -26,7 +27,7 @@ from trainer.proof.figures import (
 from trainer.proof.gpus import MemorySampler
 from trainer.proof.memory import memory_estimate
 from trainer.proof.processes import after_steps, command, last_lines, trainer, wait_for
-from trainer.proof.workspace import PYTHON, REPO, ProofFailed, RecordMark, Work
+from trainer.proof.workspace import PYTHON, ProofFailed, RecordMark, Work
 
 BOUNDARY_MAX_SECONDS = 60  # a job stopped before its backend starts ends in seconds; a start-up takes minutes
 
@@ -41,7 +42,7 @@ def stage_env(work: Work, args: argparse.Namespace) -> list[str]:
         raise ProofFailed("nvidia-smi finds no GPU: run the proof on a GPU node")
     probe = ("import torch, importlib.metadata as m; print(torch.__version__, torch.version.cuda, "
              "torch.cuda.is_available(), m.version('openpipe-art'), m.version('unsloth'))")
-    versions = subprocess.run([PYTHON, "-c", probe], cwd=REPO, capture_output=True, text=True, env=work.env())
+    versions = subprocess.run([PYTHON, "-c", probe], cwd=REPO_DIR, capture_output=True, text=True, env=work.env())
     if versions.returncode != 0:
         raise ProofFailed(f"the backend does not import here: {last_lines(versions.stderr)}")
     torch_version, cuda, available, art, unsloth = versions.stdout.split()
@@ -186,7 +187,7 @@ def stage_serve(work: Work, args: argparse.Namespace) -> list[str]:
     with log.open("w") as out:
         process = subprocess.Popen([PYTHON, "-m", "trainer.serve", "--config", "smoke", "--model", f"run:{work.run_name}",
                                     "--port", "8089"],
-                                   cwd=REPO, env=work.env(), stdout=out, stderr=subprocess.STDOUT)
+                                   cwd=REPO_DIR, env=work.env(), stdout=out, stderr=subprocess.STDOUT)
         try:
             wait_for(lambda: address.is_file() or process.poll() is not None, 900)
             if process.poll() is not None:

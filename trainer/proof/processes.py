@@ -11,15 +11,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from hpc.job.workload_env import REPO_DIR
 from trainer.polling import poll_until
-from trainer.proof.workspace import PYTHON, REPO, ProofFailed, Work
+from trainer.proof.workspace import PYTHON, ProofFailed, Work
 
 
 def command(work: Work, name: str, args: list[str], timeout: float = 600, **env: str) -> str:
     """Run ``python -m``-style ``args`` to the end, its output in logs/<name>.log; the output."""
     log = work.log(name)
     with log.open("w") as out:
-        result = subprocess.run([PYTHON, *args], cwd=REPO, env=work.env(**env), stdout=out, stderr=subprocess.STDOUT,
+        result = subprocess.run([PYTHON, *args], cwd=REPO_DIR, env=work.env(**env), stdout=out, stderr=subprocess.STDOUT,
                                 timeout=timeout)
     output = log.read_text()
     if result.returncode != 0:
@@ -49,7 +50,7 @@ class Process:
     def start(self) -> "Process":
         self._began = time.monotonic()
         with self.work.log(self.name).open("w") as out:
-            self._process = subprocess.Popen([PYTHON, *self.argv], cwd=REPO, env=self.work.env(**self.env),
+            self._process = subprocess.Popen([PYTHON, *self.argv], cwd=REPO_DIR, env=self.work.env(**self.env),
                                              stdout=out, stderr=subprocess.STDOUT)
         return self
 

@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpc.job.workload_env import HPC_SETUP_ERROR
+from hpc.job.workload_env import HPC_SETUP_ERROR, REPO_DIR
 from trainer.proof.counting_forwarder import CountingForwarder
 from trainer.proof.figures import (
     check_stopped,
@@ -59,7 +59,7 @@ from trainer.proof.processes import (
     trainer_process,
     wait_for,
 )
-from trainer.proof.workspace import PYTHON, REPO, ProofFailed, RecordMark, Work
+from trainer.proof.workspace import PYTHON, ProofFailed, RecordMark, Work
 
 JUDGE_PORT = 18765  # hpc.launcher.judge_serve's default
 JUDGE_START_TIMEOUT = 900
@@ -149,7 +149,7 @@ class ServedJudge:
         script.write_text(judge_job_script(self.judge_dir, self.work.model, self.port))
         (self.judge_dir / "workload.env").unlink(missing_ok=True)
         with self.work.log("judge-job").open("w") as out:
-            process = subprocess.Popen(["bash", str(script)], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+            process = subprocess.Popen(["bash", str(script)], cwd=REPO_DIR, stdout=out, stderr=subprocess.STDOUT,
                                        env=self.work.env(CUDA_VISIBLE_DEVICES=self.job_gpus))
         self._process = process
         ready = self.judge_dir / "workload.env"

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc.job.workload_env import Job, workload_env
+from hpc.job.workload_env import REPO_DIR, Job, workload_env
 from hpc.run.checkpoints import model_dir as art_model_dir
 from hpc.run.rundir import RunDir
 
-REPO = Path(__file__).resolve().parents[2]
 RUN_NAME = "proof"
 PYTHON = sys.executable
 # the RL run: small turns and groups, so a step takes seconds on one GPU
@@ -29,7 +28,7 @@ TRAIN_ARGS = ("base_model={model}", "training_dataset_size=null", "trajectories_
 # what every command of the proof gets besides a workload's variables: W&B off, litellm's cost map local
 # (no network), output unbuffered (its log follows it), and the repository importable from any folder
 PROCESS_ENV = {"WANDB_MODE": "disabled", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": str(REPO)}
+               "PYTHONPATH": str(REPO_DIR)}
 
 
 class ProofFailed(RuntimeError):
