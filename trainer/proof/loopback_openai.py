@@ -275,9 +275,7 @@ def _handler_for(state: _State) -> type[BaseHTTPRequestHandler]:
             reply, completion_id = _take_reply(state, self.path, headers, body)
             try:
                 if reply.delay and cast(DoubleServer, self.server).closing.wait(reply.delay):
-                    # cut short: the server closed while the reply was held, so it is never sent (closing
-                    # is set before the connections are shut down: a reply sent now could still arrive)
-                    self.close_connection = True
+                    self.close_connection = True  # closed while held: the scripted reply is never sent
                     return self._send(503, {"error": {"message": "server closed", "type": "closed"}})
                 if reply.status != 200:
                     error = {"error": {"message": reply.error, "type": "scripted", "code": reply.status}}
