@@ -110,24 +110,18 @@ FIRST_TURN_QUESTIONS = 200  # questions the first-turns stages sample, of each s
 MIN_GOOD_SEARCHES = 0.02  # below this share of good first searches RL has nothing to reinforce: no run starts
 RESULTS = REPO_DIR / "docs" / "results"
 # Planning figures in seconds, each measured unless marked an ESTIMATE; `status` and `collect` print each
-# beside what this bench measured (timing_lines). Two H200s, 2026-11-28 (`start --gpus 0,1 --minutes 21`;
-# docs/results/learning_curve_runs/2026-11-28-2xH200): data 7.1 s; the model stage 253 s, of which each
-# warm-up's 6,600 optimizer steps 198-201 s (30 ms a step, bf16, one a GPU) and the rest (make-model, the
-# warm-ups' loading and tokenising, both recipes' first turns) 54 s; first turns 21.3 s; scripted 0.6 s;
-# three runs registering at once 206 s; a dedicated step 5.9 s (median of the three runs' steps: the
-# seeds' 5.2 and 5.4, the control's 9.5 beside them); a validation of 300 questions 17 s. One H200,
-# 2026-11-28: two float32 warm-ups on one GPU 72 ms a step each (43 ms alone). One H100, 2026-11-27:
-# three runs registering at once 292 s, one alone 90-105 s. ESTIMATES: a warm-up step with each batch
-# gathered on the device and AdamW fused (trainer/staging/warmup_batches.py; bench/warmup_step.py
-# measures it against the host-collated step) 24 ms, between 18 ms (the step bound by the host, less
-# the collate that took 12-16 ms a step on this project's CPU) and the measured 30 ms (bound by the GPU:
-# two float32 warm-ups on one GPU took 72 ms a step each against 43 alone); two bf16 warm-ups on one
-# GPU 1.8 times alone each (as in float32); the two seeds registering at once,
-# the control after them, 206 s (as three at once); a shared step of three runs on one GPU 12 s; collect
-# 10 s (a margin: 2 s measured).
-ESTIMATE = {"data": 8, "model_fixed": 54, "warmup_step_alone": 0.024, "warmup_step_two": 0.0432,
-            "first_turns": 21, "scripted": 1, "register": 206, "validation": 17, "step_shared": 12.0,
-            "step_dedicated": 5.9, "collect": 10}
+# beside what this bench measured (timing_lines). Two H200s, 2026-11-28, the second run (`start --gpus 0,1
+# --minutes 22`; docs/results/learning_curve_runs/2026-11-28-2xH200-100steps): data 6.2 s; the model stage
+# 180 s, of which each warm-up's 6,600 optimizer steps at 20.1 and 19.4 ms (bf16, one a GPU, the batches
+# gathered on the device) and the rest (make-model, the warm-ups' loading and tokenising, both recipes'
+# first turns) 47 s; first turns 16.4 s; scripted 0.6 s; the two seeds registering at once, the first starts
+# on the machine, 176-177 s (the control after them: 80 s); a dedicated step 4.7 s (median of the three
+# runs' steps); a validation of 300 questions 14.4 s; collect 2.2 s. One H200, 2026-11-28: two float32
+# warm-ups on one GPU 72 ms a step each (43 ms alone). ESTIMATES: two bf16 warm-ups on one GPU 1.8 times
+# alone each (as in float32); a shared step of three runs on one GPU 12 s; collect 10 s (a margin).
+ESTIMATE = {"data": 6.2, "model_fixed": 47, "warmup_step_alone": 0.020, "warmup_step_two": 0.036,
+            "first_turns": 16.4, "scripted": 0.6, "register": 177, "validation": 14.4, "step_shared": 12.0,
+            "step_dedicated": 4.7, "collect": 10}
 CURVE_STEPS = 100  # the issue's target: steps of each run within one lease
 MIN_POINTS = 2  # a curve needs a first and a last held-out point
 SIGNAL_WAIT = 60  # after the deadline: SIGUSR1, then this long for the step being trained to be saved (5-12 s a step)

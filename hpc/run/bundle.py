@@ -11,7 +11,9 @@ next ``hpc.launch`` continues it at the next step. A bundle holds:
 - the model folder (``model.json``'s): ART's history and trajectories, any optimizer state ART
   keeps there (the Megatron backend's ``optimizer_states/``, an ``optimizer.pt`` beside a
   checkpoint), and of ``checkpoints/`` only the latest complete step (where it continues) and
-  the best validated one; not ``hpc_owner.json``, which the new place writes for itself;
+  the best validated one; not ``hpc_owner.json``, which the new place writes for itself, nor
+  ``logs/`` (ART's vLLM and trainer logs: on a small model most of the bundle, needed by nothing
+  that continues);
 - where the data order stands: it is the latest checkpoint's step (ART's ``iterate_dataset``
   starts there, in the order the config's seed gives), recorded with the launch that set it.
 
@@ -176,13 +178,16 @@ def kept_steps(run: RunDir, model_dir: Path) -> tuple[int, int | None]:
         return latest.step, None
 
 
+MODEL_LOGS = "logs"  # ART's vLLM and trainer logs in the model folder: left where they were written
+
+
 def model_members(model_dir: Path, steps: set[int]) -> Iterator[Member]:
-    """The model folder but its other checkpoints, set-aside or pruning ones, and the owner file."""
+    """The model folder but its other checkpoints, set-aside or pruning ones, its logs and the owner file."""
     wanted = {str(Path(CHECKPOINTS) / f"{step:04d}") for step in steps}
 
     def leave_out(relative: str) -> bool:
         top = relative.split("/", 1)[0]
-        if relative == OWNER_FILE or top != CHECKPOINTS and top.startswith(CHECKPOINTS):
+        if relative == OWNER_FILE or top == MODEL_LOGS or top != CHECKPOINTS and top.startswith(CHECKPOINTS):
             return True
         parts = relative.split("/")
         return top == CHECKPOINTS and len(parts) > 1 and "/".join(parts[:2]) not in wanted

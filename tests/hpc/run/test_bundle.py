@@ -51,6 +51,8 @@ def make_run(runs: Path, art: Path, name: str = "agent_008", steps: int = 5, big
     (folder / "checkpoints_incomplete").mkdir()
     (folder / "trajectories").mkdir()
     (folder / "trajectories" / "big.bin").write_bytes(os.urandom(big))
+    (folder / "logs").mkdir()
+    (folder / "logs" / "vllm-runtime.log").write_text("INFO vLLM log\n")
     for step, accuracy in ((2, 0.4), (3, 0.7), (4, 0.5)):
         run.record_validation({"step": step, "accuracy": accuracy}, [])
     run.write_progress({"step": steps, "total_steps": 10})
@@ -96,6 +98,7 @@ def test_an_unbundled_run_has_the_latest_and_best_checkpoints_its_records_and_no
         assert (run.path / name).read_bytes() == (source.path / name).read_bytes()
     assert (folder / "history.jsonl").read_text() == '{"step": 1, "loss": 0.5}\n'
     assert not run.secrets_file.exists() and not run.logs_dir.exists() and not (folder / "checkpoints_incomplete").exists()
+    assert not (folder / "logs").exists()  # ART's vLLM and trainer logs stay where they were written
     assert run.read_model_record()["model_dir"] == str(folder)  # this place's folder, in both records
     assert json.loads((folder / OWNER_FILE).read_text())["run_dir"] == str(run.path)
     assert [r["event"] for r in ledger_lines(run)][-1] == "moved_in"
