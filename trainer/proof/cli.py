@@ -63,29 +63,14 @@ from hpc.digits import is_count
 from hpc.job.exit_codes import EXIT_BAD_INPUT
 from trainer.proof import background
 from trainer.proof.cards import cluster_names
-from trainer.proof.full_size import stage_agent008_14b, stage_cards
-from trainer.proof.full_size_plan import stage_model14b
 from trainer.proof.gpus import gpu_list, node_gpus
 from trainer.proof.loopback_openai import OpenAIServer
-from trainer.proof.one_gpu import ONE_GPU_STAGES, stage_data
+from trainer.proof.one_gpu import stage_data
+from trainer.proof.stages import BY_NAME, DEFAULT, NAMES
 from trainer.proof.string_match_judge import string_match_verdict
-from trainer.proof.two_gpus import TWO_GPU_STAGES, stage_baseline
 from trainer.proof.workspace import ProofFailed, Work, fresh_folder_problem, say
 
 PROG = "python -m trainer.proof"
-SMALL_STAGES = ("env", "model", "train", "resume", "boundary", "eval", "serve", "dedicated", "judge", "pack", "baseline")
-FULL_STAGES = ("model14b", "agent008-14b", "cards")
-STAGES = SMALL_STAGES + FULL_STAGES
-# what a stage needs earlier in the same proof (every proof starts from an empty folder);
-# "model" and "model14b" are also met by --model and --model14b
-NEEDS = {"train": "model", "resume": "train", "boundary": "train", "eval": "train", "serve": "train",
-         "dedicated": "model", "judge": "model", "pack": "model", "baseline": "model",
-         "agent008-14b": "model14b", "cards": "model14b"}
-
-
-STAGE_FUNCTIONS = {**ONE_GPU_STAGES, **TWO_GPU_STAGES,
-                   "baseline": stage_baseline, "model14b": stage_model14b, "agent008-14b": stage_agent008_14b,
-                   "cards": stage_cards}
 
 
 # -- the command line -------------------------------------------------------------------------------------
@@ -107,7 +92,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu-proof"),
                         help="the proof's folder: new or empty (kept after)")
-    parser.add_argument("--only", nargs="*", choices=STAGES, default=list(SMALL_STAGES),
+    parser.add_argument("--only", nargs="*", choices=NAMES, default=list(DEFAULT),
                         help="these stages, in order (default: env to baseline)")
     parser.add_argument("--gpus", type=gpu_list, default=None,
                         help="the GPUs the proof may use, by nvidia-smi index (default: all of the node's)")
@@ -152,7 +137,7 @@ def missing_stage(args: argparse.Namespace) -> str | None:
     """A stage whose prerequisite neither comes before it in --only nor is given as a model."""
     given = {"model": args.model is not None, "model14b": args.model14b is not None}
     for position, stage in enumerate(args.only):
-        need = NEEDS.get(stage)
+        need = BY_NAME[stage].needs
         if need and need not in args.only[:position] and not given.get(need, False):
             hint = f" (or --{need} DIR)" if need in given else ""
             return (f"--only {stage} needs {need} before it in the same proof{hint}: every proof starts from an empty "
@@ -164,11 +149,12 @@ def run_stage(name: str, work: Work, args: argparse.Namespace) -> bool:
     """One stage, its lines and its end; False when it failed."""
     say(f"== {name}")
     began = time.monotonic()
-    if name in TWO_GPU_STAGES and len(args.gpus) < 2:
-        say(f"skipped {name}: it needs two GPUs and the proof has {len(args.gpus)} (--gpus {','.join(args.gpus)})")
+    stage = BY_NAME[name]
+    if len(args.gpus) < stage.gpus:
+        say(f"skipped {name}: it needs {stage.gpus} GPUs and the proof has {len(args.gpus)} (--gpus {','.join(args.gpus)})")
         return True
     try:
-        lines = STAGE_FUNCTIONS[name](work, args)
+        lines = stage.run(work, args)
     except (ProofFailed, subprocess.TimeoutExpired, OSError) as error:
         say(f"FAILED {name} after {time.monotonic() - began:.0f} s: {error}")
         return False

@@ -203,6 +203,3 @@ def stage_serve(work: Work, args: argparse.Namespace) -> list[str]:
     return [f"trainer.serve: {json.loads(address.read_text()).get('model')} at /invoke",
             f"trainer.ask ({seconds:.1f} s): " + " | ".join(answer.strip().splitlines())]
 
-
-ONE_GPU_STAGES = {"env": stage_env, "model": stage_model, "train": stage_train, "resume": stage_resume,
-                  "boundary": stage_boundary, "eval": stage_eval, "serve": stage_serve}

@@ -284,8 +284,6 @@ def pack_member_lines(run: Work, mark: RecordMark, slot: PackSlot, code: int, lo
             f"LoRA changed at {trained_steps(run, records)}; peak {peak:.1f} GiB; checkpoints in {run.model_dir}"]
 
 
-TWO_GPU_STAGES = {"dedicated": stage_dedicated, "judge": stage_judge, "pack": stage_pack}
-
 
 # -- the trainer's own cost ------------------------------------------------------------------------------
 

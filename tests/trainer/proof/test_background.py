@@ -21,7 +21,7 @@ def test_a_background_proof_outlives_its_start_and_is_followed_to_its_end(tmp_pa
     assert "follow it with:" in capsys.readouterr().out and (work / "proof.pid").is_file()
     assert cli.main(["--work", str(work), "--follow", "120"]) == 0
     out = capsys.readouterr().out
-    assert "skipped dedicated: it needs two GPUs" in out and "GPU proof: stages dedicated done" in out
+    assert "skipped dedicated: it needs 2 GPUs" in out and "GPU proof: stages dedicated done" in out
     assert out.rstrip().endswith("== ended: exit 0; last stage dedicated")
     assert cli.main(["--work", str(work), "--follow", "1"]) == 0
     assert "skipped dedicated" not in capsys.readouterr().out, "a line is printed once"

@@ -26,7 +26,7 @@ def test_two_gpu_stages_are_skipped_and_said_so_on_one_gpu(tmp_path: Path, capsy
     assert cli.main(["--work", str(tmp_path / "proof"), "--gpus", "0", "--model", str(model),
                            "--only", "dedicated", "judge", "pack"]) == 0
     out = capsys.readouterr().out
-    assert out.count("it needs two GPUs and the proof has 1") == 3
+    assert out.count("it needs 2 GPUs and the proof has 1") == 3
 
 
 def test_a_work_folder_with_an_earlier_proof_in_it_is_refused_and_nothing_runs(tmp_path: Path, capsys) -> None:
