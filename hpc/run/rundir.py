@@ -73,6 +73,7 @@ from hpc.run.safe_io import (
 # only dots: a name can only ever name one folder inside the runs directory.
 RUN_NAME_RE = re.compile(r"[A-Za-z0-9._=+-]{1,64}")
 RUN_NAME_ACCEPTED = "1-64 characters from A-Z a-z 0-9 . _ = + - (not only dots)"
+UNBUNDLING = ".unbundle-"  # a folder beside the runs that is a run being unbundled, before its rename: no run yet
 
 
 def is_run_name(name: str) -> bool:

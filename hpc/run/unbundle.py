@@ -32,12 +32,11 @@ from hpc.run.bundle import FORMAT, MANIFEST, MIB, MODEL, OWNER_FILE, PART_MAGIC,
 from hpc.run.checkpoints import model_dir as art_model_dir
 from hpc.run.ledger import MovedIn
 from hpc.run.records import read_json
-from hpc.run.rundir import RunDir, is_run_name, utc_now
+from hpc.run.rundir import UNBUNDLING, RunDir, is_run_name, utc_now
 from hpc.run.safe_io import write_json_atomic
 
 PART_FILE = re.compile(r"(?P<run>.+)\.(?P<bundle>[0-9a-f]{12})\.part(?P<number>\d{4,})")
 HEADER_LIMIT = 4096
-TEMPORARY = ".unbundle-"  # a run being unbundled, before its rename: no run yet (status.sh leaves it out)
 READ_BYTES = 4 * MIB
 
 
@@ -296,7 +295,7 @@ def unbundle(folder: Path, runs_dir: Path, art_path: str | None) -> Arrived:
 def temporary(parent: Path, name: str) -> Iterator[Path]:
     """A new folder in ``parent`` (same filesystem: renamed into place), removed if still there."""
     parent.mkdir(parents=True, exist_ok=True)
-    folder = parent / f"{TEMPORARY}{name}-{secrets.token_hex(6)}"
+    folder = parent / f"{UNBUNDLING}{name}-{secrets.token_hex(6)}"
     folder.mkdir()
     try:
         yield folder

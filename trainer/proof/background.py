@@ -19,12 +19,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hpc.job.exit_codes import EXIT_BAD_INPUT
 from hpc.job.workload_env import REPO_DIR
 from trainer.polling import poll_until
 
 LOG, PID, EXIT, OFFSET = "proof.log", "proof.pid", "proof.exit", "proof.follow"
 STILL_RUNNING = 0
-NO_PROOF = 2
 
 
 def start_detached(argv: list[str], log: Path, cwd: Path, *, append: bool = True) -> int:
@@ -84,7 +84,7 @@ def follow(work: Path, seconds: float, poll: float = 2.0) -> int:
     """Print the proof's new lines until it ends or ``seconds`` pass; then where it stands."""
     if not (work / PID).is_file():
         print(f"python -m trainer.proof: error: no background proof in {work} (no {PID}): start one with --background", file=sys.stderr)
-        return NO_PROOF
+        return EXIT_BAD_INPUT
 
     def printed_and_ended() -> bool:
         sys.stdout.write(new_lines(work))

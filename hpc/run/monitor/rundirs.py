@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hpc.run.records import Skipped
-from hpc.run.rundir import RunDir, SweepDir
-from hpc.run.unbundle import TEMPORARY
+from hpc.run.rundir import UNBUNDLING, RunDir, SweepDir
 
 FOLDER = "."  # a Skipped record's file when the run's folder itself cannot be read
 
@@ -46,7 +45,7 @@ def run_dirs(runs_dir: Path, only: str = "") -> list[RunDir]:
     runs = []
     for path in entries:
         if only and path.name not in wanted or not only and is_moved_aside(path.name) \
-                or path.name.startswith(TEMPORARY):
+                or path.name.startswith(UNBUNDLING):
             continue
         run_dir = RunDir(path)
         try:
