@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from hpc.job.exit_codes import EXIT_BAD_INPUT
 from hpc.run import accounting
 from hpc.run.accounting_text import render_text
 from hpc.run.monitor.display import printable
@@ -28,10 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run = run_argument(args.run, args.runs_dir)
     except UsageError as error:
-        return say(f"python -m hpc.accounting: {error}", 2)
+        return say(f"python -m hpc.accounting: {error}", EXIT_BAD_INPUT)
     if not run.holds(run.ledger):
         return say(f"python -m hpc.accounting: {run.path} is not a run directory (no ledger.jsonl; accepted: a run "
-                   "name under the runs directory, or a run directory)", 2)
+                   "name under the runs directory, or a run directory)", EXIT_BAD_INPUT)
     try:
         text = render_text(accounting.account_run(run))
     except SlurmError as err:

@@ -19,30 +19,12 @@ from hpc.run.rundir import RunDir
 from tests.doubles.ledger_lines import ledger_lines, write_record
 from tests.doubles.slurm_output import queue_text, runs_text
 from tests.doubles.step_trainer import safetensors_bytes
+from tests.hpc.job.test_end_decision import decide, end, records, start
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 # -- helpers ---------------------------------------------------------------------------
-
-
-def records(lines: list[dict]) -> list[Record]:
-    """Ledger lines (the file's format) as hpc/run/ledger.py reads them."""
-    return ledger_module.parse(lines)
-
-
-def start(job: str, step: int) -> dict:
-    return {"event": "job_start", "job_id": job, "step": step, "restart_count": 0}
-
-
-def end(job: str, step: int, outcome: str, exit_code: int = 1) -> dict:
-    return {"event": "job_end", "job_id": job, "exit_code": exit_code, "step": step, "outcome": outcome}
-
-
-def decide(ledger: list[dict], *, done: bool = False, mode: str = "afterany", max_resubmits: int = 20,
-           max_failures: int = 2, slurm: end_decision.SlurmView | None = None) -> end_decision.Decision:
-    return end_decision.decide(records(ledger), done=done, mode=mode, max_resubmits=max_resubmits, max_failures=max_failures,
-                       slurm=slurm or end_decision.SlurmView())
 
 
 def save(model: Path, step: int, whole: bool = True) -> None:
