@@ -186,10 +186,13 @@ def art_vllm_command(config: Any, gpu_mode: str, port: int, output_dir: Path, gp
     from art.vllm_runtime import VllmRuntimeLaunchConfig, _vllm_runtime_subprocess_env, build_vllm_runtime_server_cmd
 
     from hpc.job.vllm_runtime import art_runtime_env
+    from trainer.serving import fast_start
     from trainer.training.backend import gpu_placement
     from trainer.training.config import vllm_engine_args
 
     os.environ.update(art_runtime_env(os.environ))  # as trainer.train's configure_environment does
+    if config.vllm_fast_start:
+        fast_start.set_in(os.environ)
     engine_args = cast("art.dev.EngineArgs", vllm_engine_args(config, gpu_mode))
     internal = art.dev.InternalModelConfig(init_args=art.dev.InitArgs(max_seq_length=config.max_seq_length),
                                            engine_args=art.dev.EngineArgs(**engine_args),

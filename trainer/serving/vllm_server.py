@@ -37,10 +37,10 @@ from typing import Mapping
 from hpc.job.vllm_runtime import choose, with_runner_defaults
 from hpc.run.safe_io import open_inside
 from trainer.polling import poll_until
+from trainer.serving import fast_start
 
 DEFAULT_TOOL_PARSER = "hermes"  # Qwen2.5's <tool_call> format
 BASE_NAME = "base"  # the name the base model is served under
-FAST_START_KERNEL_CONFIG = {"enable_flashinfer_autotune": False}
 
 
 class ServerError(RuntimeError):
@@ -64,7 +64,7 @@ class ServerSpec:
     tool_parser: str = DEFAULT_TOOL_PARSER
     served_name: str = BASE_NAME  # a judge is served under its model id (the judge's cache is keyed by it)
     tensor_parallel_size: int = 1  # GPUs one model spans (a judge too large for one GPU)
-    fast_start: bool = False  # config vllm_fast_start: no CUDA graphs, no kernel autotuning
+    fast_start: bool = False  # config vllm_fast_start: trainer/serving/fast_start.py
     max_output_tokens: int | None = None  # the longest reply to any request (a judge's cap); None: the window
 
     @property
@@ -101,7 +101,7 @@ def command(spec: ServerSpec, vllm: Path) -> list[str]:
             "--max-model-len", str(spec.max_model_len), "--enable-auto-tool-choice",
             "--tool-call-parser", spec.tool_parser]
     if spec.fast_start:
-        argv += ["--enforce-eager", "--kernel-config", json.dumps(FAST_START_KERNEL_CONFIG)]
+        argv += list(fast_start.SERVER_FLAGS)
     if spec.tensor_parallel_size > 1:
         argv += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
     if spec.max_output_tokens is not None:  # vLLM's server-wide limit, requests that ask for more included
@@ -130,7 +130,8 @@ class VLLMServer:
         that serves ``spec`` where it is not ``vllm serve`` (ART's runtime, as ART's service builds it)."""
         self.spec, self.log_path, self.ready_timeout, self._argv = spec, Path(log_path), ready_timeout, argv
         self.log_root = Path(log_root) if log_root is not None else self.log_path.parent
-        self._vllm, self._env = vllm, with_runner_defaults(env if env is not None else os.environ)
+        given = with_runner_defaults(env if env is not None else os.environ)
+        self._vllm, self._env = vllm, fast_start.environment(given) if spec.fast_start else given
         self._process: subprocess.Popen | None = None
 
     @property

@@ -32,6 +32,7 @@ from hpc.run.decline import ACTIONS as DECLINE_ACTIONS
 from hpc.run.decline import DeclineSettings
 from hpc.run.ledger import DeclineAction
 from trainer.agent.proof_reward import PROOF_REWARD, refusal
+from trainer.serving import fast_start
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 REWARDS = ("judge", "ruler", PROOF_REWARD)  # the last: the GPU proof's, for a made model only (proof_reward.py)
@@ -161,8 +162,9 @@ class TrainerConfig:
     # trainer_gpu_ids / inference_gpu_ids), no swap each step, two GPUs per run; auto: the
     # cluster's default (hpc/launcher/clusters.yaml gpu_mode), which the launcher passes on.
     gpu_mode: str = AUTO
-    # vLLM without CUDA graphs and without FlashInfer's kernel autotuning: it starts minutes
-    # sooner and generates more slowly. For smoke checks and small models, not long runs.
+    # vLLM without CUDA graphs, FlashInfer's kernel autotuning or its JIT-built sampler
+    # (trainer/serving/fast_start.py): it starts minutes sooner and generates more slowly.
+    # For smoke checks and small models, not long runs.
     vllm_fast_start: bool = False
 
 
@@ -240,9 +242,6 @@ CHECKS: dict[str, Check] = {
 }
 
 
-FAST_START_ENGINE_ARGS = {"enforce_eager": True, "kernel_config": {"enable_flashinfer_autotune": False}}
-
-
 def vllm_engine_args(config: "TrainerConfig", gpu_mode: str) -> dict[str, Any]:
     """The vLLM engine arguments a run sets: its memory share, its context (``max_seq_length``, as
     ``trainer.serve`` and ``trainer.eval`` give their vLLM), ``vllm_fast_start``'s, and a fixed KV
@@ -253,7 +252,7 @@ def vllm_engine_args(config: "TrainerConfig", gpu_mode: str) -> dict[str, Any]:
     planned the GPU's memory with (hpc/launcher/gpu_memory.py: a 40 GB A100 fits agent_008 at
     ``max_seq_length=22528``). A conversation longer than ``max_seq_length`` cannot be trained on
     anyway (ART drops it)."""
-    fast = FAST_START_ENGINE_ARGS if config.vllm_fast_start else {}
+    fast = fast_start.ENGINE_ARGS if config.vllm_fast_start else {}
     kv = {} if config.vllm_kv_cache_gb is None else {"kv_cache_memory_bytes": int(config.vllm_kv_cache_gb * 2**30)}
     return {"gpu_memory_utilization": vllm_share(config, gpu_mode), "max_model_len": config.max_seq_length, **fast, **kv}
 

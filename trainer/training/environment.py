@@ -18,6 +18,7 @@ from hpc.job.vllm_runtime import art_runtime_env
 from hpc.job.workload_env import HPC_MODEL_DIR, HPC_NO_INTERNET, HPC_RUN_DIR, REPO_DIR
 from hpc.run.checkpoints import model_dir as art_model_dir
 from hpc.run.rundir import RunDir
+from trainer.serving import fast_start as vllm_fast_start
 from trainer.staging.data import default_data_dir
 from trainer.staging.sources import SourceError
 from trainer.training.config import TrainerConfig
@@ -62,7 +63,8 @@ def resolve_paths(config_name: str, config: TrainerConfig, env: dict[str, str] |
     )
 
 
-def configure_environment(env: dict[str, str] | os._Environ, *, interactive: bool, run_dir: Path) -> None:
+def configure_environment(env: dict[str, str] | os._Environ, *, interactive: bool, run_dir: Path,
+                          fast_start: bool = False) -> None:
     """Settings that libraries read when they are imported, so this runs before art is.
 
     - Compute nodes without internet (HPC_NO_INTERNET=1): W&B writes offline runs
@@ -76,10 +78,14 @@ def configure_environment(env: dict[str, str] | os._Environ, *, interactive: boo
     - ART looks only for its own managed vLLM runtime: point it at the PyPI build
       setup.sh made where that is the one built (aarch64; hpc/job/vllm_runtime.py).
     - ART's runtime gets vLLM's V1 model runner (hpc.job.vllm_runtime.RUNNER_DEFAULTS:
-      ART's patch fails on the V2 runner); a value the user set wins."""
+      ART's patch fails on the V2 runner); a value the user set wins.
+    - ``fast_start`` (config ``vllm_fast_start``): the environment half of it for ART's runtime,
+      which inherits this process's (trainer/serving/fast_start.py); a value the user set wins."""
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     env.update(art_runtime_env(env))  # vLLM's runner; the PyPI-built runtime, where ART's managed one is not
     env.setdefault("WANDB_DIR", str(run_dir))
+    if fast_start:
+        vllm_fast_start.set_in(env)
     if env.get(HPC_NO_INTERNET) == "1":
         env.setdefault("WANDB_MODE", "offline")
         env["HF_HUB_OFFLINE"] = "1"

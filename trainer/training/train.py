@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, SetupError) as error:
         print(f"trainer.train: error: {error}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    configure_environment(os.environ, interactive=sys.stderr.isatty(), run_dir=paths.run_dir.path)
+    configure_environment(os.environ, interactive=sys.stderr.isatty(), run_dir=paths.run_dir.path,
+                          fast_start=config.vllm_fast_start)
     log.info("config %s: run %s/%s (served as %s) on %s, backend %s, reward %s; run dir %s; checkpoints %s",
              args.config, config.project, paths.run_name, config.model_name, config.base_model, config.backend, config.reward,
              paths.run_dir.path, paths.model_dir / "checkpoints")

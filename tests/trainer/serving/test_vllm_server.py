@@ -100,10 +100,22 @@ def test_a_fast_start_server_runs_eager_without_kernel_autotuning(tmp_path) -> N
     assert "--enforce-eager" in argv and "--enforce-eager" not in command(ServerSpec("m"), tmp_path / "vllm")
 
 
-def recording_vllm(tmp_path: Path) -> Path:
-    """A `vllm` that writes the runner setting it was started with, then fails to start."""
+@pytest.mark.parametrize("fast, given, started_with", [(True, {}, "0"), (True, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, "1"),
+                                                      (False, {}, "unset")])
+def test_a_fast_start_server_samples_with_vllms_own_sampler_unless_the_user_chose(tmp_path, fast, given,
+                                                                                  started_with) -> None:
+    """FlashInfer builds its sampling kernels on a machine's first vLLM start (trainer/serving/fast_start.py)."""
+    vllm = recording_vllm(tmp_path, "VLLM_USE_FLASHINFER_SAMPLER")
+    with pytest.raises(ServerError):
+        VLLMServer(ServerSpec("m", port=free_port(), fast_start=fast), tmp_path / "vllm.log", vllm=vllm,
+                   env={"PATH": os.environ["PATH"], **given}).start()
+    assert (tmp_path / "recorded").read_text().strip() == started_with
+
+
+def recording_vllm(tmp_path: Path, variable: str = "VLLM_USE_V2_MODEL_RUNNER") -> Path:
+    """A `vllm` that writes the value of ``variable`` it was started with to ``recorded``, then fails to start."""
     script = tmp_path / "vllm"
-    script.write_text(f"#!/bin/sh\necho \"${{VLLM_USE_V2_MODEL_RUNNER-unset}}\" > {tmp_path / 'runner'}\nexit 3\n")
+    script.write_text(f"#!/bin/sh\necho \"${{{variable}-unset}}\" > {tmp_path / 'recorded'}\nexit 3\n")
     script.chmod(0o755)
     return script
 
@@ -114,7 +126,7 @@ def test_vllm_gets_the_v1_model_runner_unless_the_user_chose(tmp_path, given, st
     with pytest.raises(ServerError):
         VLLMServer(ServerSpec("m", port=free_port()), tmp_path / "vllm.log", vllm=recording_vllm(tmp_path),
                    env={"PATH": os.environ["PATH"], **given}).start()
-    assert (tmp_path / "runner").read_text().strip() == started_with
+    assert (tmp_path / "recorded").read_text().strip() == started_with
 
 
 def test_a_capped_server_limits_every_reply_through_vllms_generation_override(tmp_path) -> None:

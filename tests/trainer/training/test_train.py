@@ -750,6 +750,19 @@ def test_a_pack_jobs_vllm_port_is_what_art_serves_the_run_on():
     assert server_config({}) is None and server_config({"HPC_VLLM_PORT": "x"}) is None
 
 
+def test_a_fast_start_run_gives_arts_vllm_its_own_sampler_not_flashinfers_jit_built_one(tmp_path: Path) -> None:
+    """FlashInfer builds its sampling kernels on a machine's first vLLM start (82 s of an H200's)."""
+    fast: dict[str, str] = {}
+    configure_environment(fast, interactive=True, run_dir=tmp_path, fast_start=True)
+    plain: dict[str, str] = {}
+    configure_environment(plain, interactive=True, run_dir=tmp_path)
+    chosen: dict[str, str] = {"VLLM_USE_FLASHINFER_SAMPLER": "1"}
+    configure_environment(chosen, interactive=True, run_dir=tmp_path, fast_start=True)
+
+    assert fast["VLLM_USE_FLASHINFER_SAMPLER"] == "0" and "VLLM_USE_FLASHINFER_SAMPLER" not in plain
+    assert chosen["VLLM_USE_FLASHINFER_SAMPLER"] == "1"
+
+
 def test_arts_vllm_runtime_gets_vllms_v1_runner_unless_the_user_chose(tmp_path: Path) -> None:
     """vLLM 0.25.1's V2 runner fails ART's policy-tracking patch at start-up (seen on an H200)."""
     env: dict[str, str] = {}
