@@ -22,7 +22,9 @@ A graph replays fixed shapes at fixed addresses, so all that the step reads or w
   an ``if`` would read it back), autocast without its weight cache;
 - the causal masks handed to the model prepared, as None: during a capture transformers cannot
   test a batch for packed sequences (the test reads the device) and would build an explicit mask,
-  which SDPA's flash kernel does not take; prepared, SDPA runs its causal kernel as the eager steps do.
+  which SDPA's flash kernel does not take; prepared, SDPA runs its causal kernel as the eager steps do;
+- no KV cache (``use_cache=False``): a training step reads none, and transformers' DynamicCache
+  would make a tensor from a Python list on the device inside the capture.
 
 Where the warm-up or the capture raises (a host read inside the forward: "operation not permitted
 when stream is capturing"), the weights go back to where they started and GraphFailed says why in
@@ -76,7 +78,7 @@ class StaticStep:
         self.optimizer.zero_grad(set_to_none=True)  # backward allocates the grads: in the graph's pool when captured
         ids, labels = self.batch()
         with autocast(self.table.device, self.precision, cache=False):
-            loss = self.model(input_ids=ids, labels=labels, attention_mask=self.masks).loss
+            loss = self.model(input_ids=ids, labels=labels, attention_mask=self.masks, use_cache=False).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
