@@ -109,9 +109,12 @@ def cuda_graph(step: Step) -> Step:
     """``step`` captured as a CUDA graph: its replay (the graph lives as long as the replay)."""
     import torch
 
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.current_stream()
+    try:
+        with torch.cuda.graph(graph):
+            step()
+    finally:  # where the capture's end raises, torch leaves its capture stream current: the eager loop's is this
+        torch.cuda.set_stream(stream)
     return graph.replay
 
 
@@ -127,9 +130,11 @@ def side_stream(device: str) -> Iterator[None]:
         return
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        yield
-    torch.cuda.current_stream().wait_stream(side)
+    try:
+        with torch.cuda.stream(side):
+            yield
+    finally:  # a failed step too: the weights are restored on the current stream, after the side's work
+        torch.cuda.current_stream().wait_stream(side)
 
 
 def warmed_and_captured(step: StaticStep, steps: int, capture: Capture, say: Callable[[str], Any],
@@ -183,6 +188,21 @@ def restore(model: Any, values: list[Any]) -> None:
 
 
 def one_line(error: BaseException) -> str:
-    """The error's type and the first line of its message, at most 200 characters: a log line."""
+    """The error's type and the first line of its message, and of the first error it was raised
+    over (a capture that meets a host read ends with CUDA's "capture invalidated", over the read's
+    own error, which names the cause); at most 300 characters: a log line."""
+    first = error
+    while (under := raised_over(first)) is not None:
+        first = under
+    said = headline(error) if first is error else f"{headline(error)} (raised over {headline(first)})"
+    return said[:300]
+
+
+def raised_over(error: BaseException) -> BaseException | None:
+    """The error ``error`` was raised from or while handling, as a traceback shows it (none after ``from None``)."""
+    return error.__cause__ if error.__cause__ is not None or error.__suppress_context__ else error.__context__
+
+
+def headline(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:200]
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"

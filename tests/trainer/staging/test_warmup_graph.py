@@ -111,7 +111,23 @@ def test_the_masks_are_handed_over_prepared_only_where_every_layer_attends_fully
     assert prepared_masks(SimpleNamespace(config=SimpleNamespace())) is None
 
 
-def test_a_failure_is_named_in_one_line_of_at_most_200_characters() -> None:
+def test_a_failure_is_named_in_one_line_of_at_most_300_characters_with_the_error_it_was_raised_over() -> None:
     assert one_line(RuntimeError("first\nsecond")) == "RuntimeError: first"
-    assert len(one_line(ValueError("x" * 500))) == 200
+    assert len(one_line(ValueError("x" * 500))) == 300
     assert one_line(KeyError()) == "KeyError: "
+    try:
+        try:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
+        except RuntimeError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture") from None
+    except RuntimeError as invalidated:
+        assert one_line(invalidated) == "RuntimeError: CUDA error: operation failed due to a previous error during capture"
+    try:
+        try:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
+        except RuntimeError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")  # noqa: B904 (implicit, as a graph's __exit__)
+    except RuntimeError as invalidated:
+        assert one_line(invalidated) == (
+            "RuntimeError: CUDA error: operation failed due to a previous error during capture (raised over "
+            "RuntimeError: CUDA error: operation not permitted when stream is capturing)")
