@@ -32,8 +32,8 @@ from typing import Any
 
 from trainer.agent.scenarios import load_scenarios
 from trainer.staging.first_calls import CONTEXTS, FirstCall, first_calls
-from trainer.staging.warmup import PRECISIONS
-from trainer.staging.warmup import train as warmup_train
+from trainer.staging.warmup_steps import PRECISIONS
+from trainer.staging.warmup_steps import train as warmup_train
 
 
 def calls(tokenizer: Any, data_dir: Path, split: str, limit: int | None, context: str = "none") -> list[FirstCall]:
@@ -56,7 +56,7 @@ def copied_share(model: Any, held_out: list[FirstCall]) -> float:
 
 
 def run(args: argparse.Namespace, say=print) -> list[float]:
-    """The warm-up's own loop (trainer.warmup's ``train``) on the first calls, measured every ``--every`` steps."""
+    """The warm-up's own loop (trainer/staging/warmup_steps.py's ``train``) on the first calls, measured every ``--every`` steps."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

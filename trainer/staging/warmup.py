@@ -44,7 +44,7 @@ from trainer.staging.data import data_paths, default_data_dir
 from trainer.staging.first_calls import first_calls
 from trainer.staging.inbox_policy import GOOD_SHARE, mixed
 from trainer.staging.scripted_moves import opening, play
-from trainer.staging.warmup_batches import DeviceBatches
+from trainer.staging.warmup_steps import PRECISIONS, train, trained
 
 if TYPE_CHECKING:
     from trainer.agent.scenarios import Scenario
@@ -181,6 +181,7 @@ class WarmupReport:
     copy_steps: int = 0  # steps on the first calls alone before the conversations (copy_lessons)
     precision: str = "float32"  # the passes' (PRECISIONS)
     train_seconds: float = 0.0  # of ``seconds``, the optimizer steps alone (copy lesson and conversations)
+    steps_by: str = "eager (no CUDA)"  # the conversations' steps: "graph" or "eager (why)" (Training.steps_by)
 
 
 def tokenised(tokenizer: Any, conversations: list[list[dict[str, Any]]], targets: str = "assistant") -> list[Example]:
@@ -221,57 +222,6 @@ def collate(batch: list[Example], pad_id: int, device: str):  # -> dict of tenso
 def to_device(tensor: Any, device: str) -> Any:
     """On a GPU, copied from pinned memory without waiting: the copy queues behind the step before."""
     return tensor.pin_memory().to(device, non_blocking=True) if device == "cuda" else tensor
-
-
-PRECISIONS = ("float32", "bf16")  # --precision: the forward and backward passes' (the weights stay float32)
-
-
-def autocast(device: str, precision: str):  # -> a context manager
-    """bf16 autocast for ``precision`` bf16: the matrix products and attention in bf16 on the
-    tensor cores, the weights and Adam's state still float32 (so small updates do not round away);
-    float32: no autocast."""
-    import torch
-
-    return torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
-def reported(step: int, steps: int) -> bool:
-    """The steps whose loss is printed: the first, every tenth of the way, the last."""
-    return step == 1 or step % max(1, steps // 10) == 0 or step == steps
-
-
-def train(model: Any, examples: list[Example], pad_id: int, *, steps: int, batch_size: int, learning_rate: float,
-          seed: int, device: str, say=print, after_step=None, precision: str = "float32") -> list[float]:
-    """AdamW on batches drawn from ``examples`` (gathered on the device: DeviceBatches);
-    ``after_step(step, loss)``, if given, runs after each step (bench/warmup_copy.py measures there).
-    The losses stay on the device until printed or returned: reading one back each step made the CPU
-    wait for the GPU's step before it could queue the next."""
-    import torch  # torch only in the warm-up's steps, not at --help
-
-    optimizer = adamw(model, learning_rate, device)
-    model.train()
-    losses = []
-    for step, batch in enumerate(DeviceBatches(examples, pad_id, device).batches(batch_size, steps, seed), start=1):
-        with autocast(device, precision):
-            loss = model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.detach())
-        if reported(step, steps):
-            say(f"warmup step {step}/{steps}: loss {losses[-1].item():.4f}")
-        if after_step is not None:
-            after_step(step, losses[-1].item())
-    return torch.stack(losses).float().tolist() if losses else []
-
-
-def adamw(model: Any, learning_rate: float, device: str) -> Any:
-    """AdamW; on CUDA its fused kernel (one launch a step for all parameters, where the default
-    launches several per parameter group): the same update up to float order."""
-    import torch
-
-    return torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0, fused=device == "cuda")
 
 
 def tool_call_rate(model: Any, tokenizer: Any, conversations: list[list[dict[str, Any]]], device: str) -> float:
@@ -370,11 +320,11 @@ def warm_up(base: Path, out: Path, data_dir: Path, *, steps: int, batch_size: in
     unique = distinct(conversations)
     say(f"warmup: {len(unique)} scripted conversations from {data_dir} ({len(examples)} with repeats), {steps} steps "
         f"of {batch_size} on {device} in {precision}, loss on the {targets}")
-    losses, seconds = timed(lambda: train(model, examples, steps=steps, **steps_of))
+    done, seconds = timed(lambda: trained(model, examples, steps=steps, **steps_of))
     first_turns = tool_call_rate(model, tokenizer, unique[::max(1, len(unique) // check)][:check], device)
-    report = WarmupReport(len(unique), steps, round(losses[0], 4), round(losses[-1], 4),
+    report = WarmupReport(len(unique), steps, round(done.losses[0], 4), round(done.losses[-1], 4),
                           round(time.monotonic() - began, 1), round(first_turns, 3), targets, copy_steps, precision,
-                          round(training + seconds, 1))
+                          round(training + seconds, 1), done.steps_by)
     save(model.to(torch.bfloat16), base, out, report)
     return report
 
@@ -440,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     lesson = f"{report.copy_steps} copy-lesson steps and " if report.copy_steps else ""
     print(f"warmup done: {report.conversations} conversations, {lesson}{report.steps} steps in {report.seconds} s "
-          f"({report.train_seconds} s of optimizer steps, {report.precision}), loss "
+          f"({report.train_seconds} s of optimizer steps, {report.precision}, {report.steps_by}), loss "
           f"{report.first_loss} -> {report.last_loss}, first turns parsing as a tool call: {report.tool_call_rate:.0%}; "
           f"model: {args.out}")
     return 0

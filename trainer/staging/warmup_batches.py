@@ -1,5 +1,5 @@
 """The warm-up's batches on the device: every example once in one padded table there, each step's
-batch one gather from it (trainer.warmup's ``train``).
+batch one gather from it (trainer/staging/warmup_steps.py's ``train``).
 
 A warm-up step of the learning bench's 4.3M-parameter model is overhead, not arithmetic: drawing
 Examples in Python, collating them on the CPU into new tensors and copying those over each step
@@ -41,11 +41,15 @@ class DeviceBatches:
             self.ids[index, :n], self.labels[index, :n] = torch.tensor(example.input_ids), torch.tensor(example.labels)
         self.ids, self.labels, self.device = self.ids.to(device), self.labels.to(device), device
 
+    def picks(self, size: int, steps: int, seed: int) -> list[list[int]]:
+        """The table's rows of each step's draws (``draws``: ``trainer.warmup.batches``' examples)."""
+        return [[self.rows[index] for index in step] for step in draws(len(self.rows), size, steps, seed)]
+
     def batches(self, size: int, steps: int, seed: int):  # -> Iterator[dict of tensors]
         """``trainer.warmup.batches``' draws, each a dict as ``collate`` gives: the rows gathered on the device."""
         import torch
 
-        picks = [[self.rows[index] for index in step] for step in draws(len(self.rows), size, steps, seed)]
+        picks = self.picks(size, steps, seed)
         if not picks:
             return
         on_device = torch.tensor(picks, dtype=torch.long).to(self.device)

@@ -88,6 +88,7 @@ def test_the_copy_lesson_trains_the_first_calls_before_the_conversations_and_nee
     assert [line.split(":")[0] for line in said[lesson + 1:lesson + 4]] == [f"warmup step {n}/3" for n in (1, 2, 3)]
     assert said[lesson + 4].startswith("warmup: ")  # then the conversations, as before
     assert found["copy_steps"] == 3 and found["made_by"]["copy_steps"] == 3
+    assert found["made_by"]["steps_by"] == "eager (no CUDA)"  # how the steps ran, for the bench's log
     assert found["refused"].startswith("--copy_steps needs the synthetic inboxes' questions")
 
 
