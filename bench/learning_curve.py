@@ -117,9 +117,11 @@ RESULTS = REPO_DIR / "docs" / "results"
 # first turns) 47 s; first turns 16.4 s; scripted 0.6 s; the two seeds registering at once, the first starts
 # on the machine, 176-177 s (the control after them: 80 s); a dedicated step 4.7 s (median of the three
 # runs' steps); a validation of 300 questions 14.4 s; collect 2.2 s. One H200, 2026-11-28: two float32
-# warm-ups on one GPU 72 ms a step each (43 ms alone). ESTIMATES: two bf16 warm-ups on one GPU 1.8 times
-# alone each (as in float32); a shared step of three runs on one GPU 12 s; collect 10 s (a margin).
-ESTIMATE = {"data": 6.2, "model_fixed": 47, "warmup_step_alone": 0.020, "warmup_step_two": 0.036,
+# warm-ups on one GPU 72 ms a step each (43 ms alone). The warm-up step as one CUDA graph, alone on an
+# H200: 7.98 ms (`bench.warmup_step --device cuda --steps 200 --rounds 3`, docs/results/warmup_step).
+# ESTIMATES: two graph warm-ups on one GPU 1.8 times alone each (as two float32 eager ones); a shared step
+# of three runs on one GPU 12 s; collect 10 s (a margin).
+ESTIMATE = {"data": 6.2, "model_fixed": 47, "warmup_step_alone": 0.008, "warmup_step_two": 0.0144,
             "first_turns": 16.4, "scripted": 0.6, "register": 177, "validation": 14.4, "step_shared": 12.0,
             "step_dedicated": 4.7, "collect": 10}
 CURVE_STEPS = 100  # the issue's target: steps of each run within one lease
