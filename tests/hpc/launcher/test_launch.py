@@ -204,7 +204,7 @@ def test_rendered_script_passes_bash_n_and_the_workload_sees_the_exact_strings(j
         path.write_text(script)
         spec.run_dir.path.mkdir(parents=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
-        env.update(SLURM_JOB_ID="4242", SLURM_JOB_NAME=job_name)
+        env["SLURM_JOB_NAME"] = job_name  # no SLURM_JOB_ID: a script run by hand, so its hooks ask Slurm nothing
         result = subprocess.run(["bash", str(path)], capture_output=True, text=True, env=env, timeout=120)
         echoed = json.loads((spec.run_dir.path / "echo.json").read_text())
         assert echoed["argv"] == ["--config", "agent_008", f"note={train_value}"], result.stderr
