@@ -32,7 +32,7 @@ from typing import Any
 
 from trainer.agent.scenarios import load_scenarios
 from trainer.staging.first_calls import CONTEXTS, FirstCall, first_calls
-from trainer.staging.warmup_steps import PRECISIONS
+from trainer.staging.optimizer_step import PRECISIONS
 from trainer.staging.warmup_steps import train as warmup_train
 
 

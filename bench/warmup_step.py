@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer.staging.optimizer_step import PRECISIONS, autocast
 from trainer.staging.warmup import Example, batches, collate, scripted_lessons, tokenised
-from trainer.staging.warmup_steps import PRECISIONS, Training, autocast, trained
+from trainer.staging.warmup_steps import Training, trained
 
 LEARNING_RATE = 5e-4  # the bench's recipes'
 MAX_TURNS = 4  # the learning-curve config's

@@ -113,9 +113,7 @@ def judge_job_script(judge_dir: Path, model: Path, port: int = JUDGE_PORT, pytho
         "#!/bin/bash",
         "set -euo pipefail",
         f"export PATH={shlex.quote(str(Path(python).parent))}:\"$PATH\"",
-        "HPC_CLEANUP=()",
-        'hpc_cleanup() { local i; for ((i = ${#HPC_CLEANUP[@]} - 1; i >= 0; i--)); do eval "${HPC_CLEANUP[i]}" || true; done; }',
-        "trap hpc_cleanup EXIT",
+        render("_shell_hooks.sh.j2", {}),  # the job script's cleanup at exit and hpc_gone
         "trap 'exit 143' TERM",
         "HPC_STOP_SIGNAL=",
         block,

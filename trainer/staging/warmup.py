@@ -43,8 +43,9 @@ from trainer.agent.tools import READ_EMAIL, RETURN_FINAL_ANSWER, SEARCH_EMAILS, 
 from trainer.staging.data import data_paths, default_data_dir
 from trainer.staging.first_calls import first_calls
 from trainer.staging.inbox_policy import GOOD_SHARE, mixed
+from trainer.staging.optimizer_step import PRECISIONS
 from trainer.staging.scripted_moves import opening, play
-from trainer.staging.warmup_steps import PRECISIONS, train, trained
+from trainer.staging.warmup_steps import train, trained
 
 if TYPE_CHECKING:
     from trainer.agent.scenarios import Scenario

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trainer.staging.warmup_steps import adamw, after, autocast
+from trainer.staging.optimizer_step import adamw, after, autocast
 
 if TYPE_CHECKING:
     from trainer.staging.warmup_batches import DeviceBatches

@@ -1,4 +1,4 @@
-"""The job shell's waits under a stop signal (sbatch/base.sbatch.j2 ``hpc_gone``, sbatch/_job_control.sh.j2).
+"""The job shell's waits under a stop signal (sbatch/_shell_hooks.sh.j2 ``hpc_gone``, sbatch/_job_control.sh.j2).
 
 Slurm's TERM reaches the job shell and every process of the job at once. A child that dies of it
 (the lease keeper) can die just as the shell's trap interrupts its ``wait``; bash then loses that
@@ -25,7 +25,7 @@ TRIALS = 24
 
 def hpc_gone() -> str:
     """The job script's own ``hpc_gone`` (plain bash in the template)."""
-    found = re.search(r"^hpc_gone\(\) \{.*?^\}$", (REPO / "sbatch" / "base.sbatch.j2").read_text(), re.M | re.S)
+    found = re.search(r"^hpc_gone\(\) \{.*?^\}$", (REPO / "sbatch" / "_shell_hooks.sh.j2").read_text(), re.M | re.S)
     assert found is not None
     return found.group(0)
 
