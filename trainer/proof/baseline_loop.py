@@ -69,6 +69,7 @@ def start(config: TrainerConfig, art_path: Path) -> tuple[Any, "art.TrainableMod
     from trainer.training.config import VLLM_SHARE
 
     engine_args = cast("art.dev.EngineArgs", fast_start.ENGINE_ARGS)
+    fast_start.set_in(os.environ)  # the other half of a fast start: ART's runtime inherits this environment
     model: art.TrainableModel = art.TrainableModel(
         name="baseline", project="baseline", run_name="baseline", base_model=config.base_model,
         _internal_config=art.dev.InternalModelConfig(
@@ -137,10 +138,8 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from hpc.job.vllm_runtime import art_runtime_env
-    from trainer.serving import fast_start
 
     os.environ.update(art_runtime_env(os.environ))  # the vLLM runtime and runner the trainer gives ART
-    fast_start.set_in(os.environ)  # its engine arguments are fast_start's (start)
     config = proof_config(args.model, args.overrides)
     gathered = asyncio.run(loop(*start(config, args.art_path), config, args.data_dir, args.steps,
                                 args.art_path / "judge_cache"))

@@ -163,7 +163,7 @@ def graph_losses(model: Any, table: "DeviceBatches", *, steps: int, batch_size: 
         replay = warmed_and_captured(step, steps, capture, say, after_step)
     except Exception as error:  # whatever the capture met: the eager loop takes over from the same start
         restore(model, start)
-        raise GraphFailed(one_line(error)) from error
+        raise GraphFailed(capture_failure(error)) from error
     for number in range(WARM_STEPS + 1, steps + 1):
         replay()
         after(number, steps, step.losses[number - 1], say, after_step)
@@ -187,7 +187,7 @@ def restore(model: Any, values: list[Any]) -> None:
             parameter.grad = None
 
 
-def one_line(error: BaseException) -> str:
+def capture_failure(error: BaseException) -> str:
     """The error's type and the first line of its message, and of the first error it was raised
     over (a capture that meets a host read ends with CUDA's "capture invalidated", over the read's
     own error, which names the cause); at most 300 characters: a log line."""

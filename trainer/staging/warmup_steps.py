@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from trainer.staging.warmup import Example
 
 
-
 @dataclass(frozen=True)
 class Training:
     losses: list[float]

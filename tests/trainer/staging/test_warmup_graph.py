@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from trainer.staging.warmup_graph import WARM_STEPS, one_line, prepared_masks
+from trainer.staging.warmup_graph import WARM_STEPS, capture_failure, prepared_masks
 from trainer.staging.warmup_steps import eager_reason
 
 REPO = Path(__file__).resolve().parents[3]
@@ -112,22 +112,22 @@ def test_the_masks_are_handed_over_prepared_only_where_every_layer_attends_fully
 
 
 def test_a_failure_is_named_in_one_line_of_at_most_300_characters_with_the_error_it_was_raised_over() -> None:
-    assert one_line(RuntimeError("first\nsecond")) == "RuntimeError: first"
-    assert len(one_line(ValueError("x" * 500))) == 300
-    assert one_line(KeyError()) == "KeyError: "
+    assert capture_failure(RuntimeError("first\nsecond")) == "RuntimeError: first"
+    assert len(capture_failure(ValueError("x" * 500))) == 300
+    assert capture_failure(KeyError()) == "KeyError: "
     try:
         try:
             raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
         except RuntimeError:
             raise RuntimeError("CUDA error: operation failed due to a previous error during capture") from None
     except RuntimeError as invalidated:
-        assert one_line(invalidated) == "RuntimeError: CUDA error: operation failed due to a previous error during capture"
+        assert capture_failure(invalidated) == "RuntimeError: CUDA error: operation failed due to a previous error during capture"
     try:
         try:
             raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
         except RuntimeError:
             raise RuntimeError("CUDA error: operation failed due to a previous error during capture")  # noqa: B904 (implicit, as a graph's __exit__)
     except RuntimeError as invalidated:
-        assert one_line(invalidated) == (
+        assert capture_failure(invalidated) == (
             "RuntimeError: CUDA error: operation failed due to a previous error during capture (raised over "
             "RuntimeError: CUDA error: operation not permitted when stream is capturing)")
