@@ -196,7 +196,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if (args.model is None) != (args.data_dir is None):
         parser.error("MODEL and --data_dir come together (or neither: the bench makes both)")
-    if min(args.steps or 1, args.batch_size, args.rounds) < 1:
+    if min(1 if args.steps is None else args.steps, args.batch_size, args.rounds) < 1:
         parser.error(f"invalid --steps {args.steps} / --batch_size {args.batch_size} / --rounds {args.rounds}: "
                      "accepted integers >= 1")
     return args

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.warmup_step import VARIANTS, fallback_only, sameness
+from bench.warmup_step import VARIANTS, fallback_only, parse_args, sameness
 from trainer.staging.warmup_steps import Training
 
 
@@ -23,3 +23,12 @@ def test_of_the_warm_ups_lines_only_a_failed_capture_is_printed(capsys: pytest.C
     fallback_only("warmup: no CUDA graph, eager steps from the same start (capture failed: RuntimeError: x)")
     assert capsys.readouterr().out.splitlines() == [
         "warmup: no CUDA graph, eager steps from the same start (capture failed: RuntimeError: x)"]
+
+
+@pytest.mark.parametrize("bad", [["--steps", "0"], ["--steps", "-3"], ["--rounds", "0"], ["--batch_size", "0"]])
+def test_a_count_below_one_is_refused_in_one_line_not_taken_for_the_default(
+        bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        parse_args(bad)
+    [line] = [text for text in capsys.readouterr().err.splitlines() if "error:" in text]
+    assert stopped.value.code == 2 and "accepted integers >= 1" in line
